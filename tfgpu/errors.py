@@ -1,0 +1,97 @@
+"""tfgpu's exception hierarchy.
+
+Every error a user can cause is a :class:`TfgpuError`: a one-paragraph message
+(what is wrong, the value received, what is allowed) plus a hint (the fix), and
+the exit code the command line returns for it. The command line prints
+``message`` and ``hint`` and no traceback unless ``--debug`` is given.
+
+This module imports nothing from tfgpu, so every other module can use it.
+
+Exit codes (also in the README):
+
+====  =====================================================================
+0     success
+1     an unexpected internal error (a bug: the traceback is printed)
+2     the command line itself was misused (click's usage errors)
+3     :class:`ConfigError`: bad YAML, unknown key, wrong type or range
+4     :class:`DeviceError`: a device request this machine cannot satisfy
+5     :class:`DataError`: data missing, unreadable or malformed
+6     :class:`AlreadyInitializedError`: TensorFlow was initialised first
+7     :class:`TrainingError`: the model or the training failed
+8     :class:`OutputError`: the run directory cannot be written
+130   :class:`Interrupted`: Ctrl-C; the run directory is kept
+====  =====================================================================
+"""
+
+from __future__ import annotations
+
+
+class TfgpuError(Exception):
+    """Base class of every error a user can cause.
+
+    Args:
+        message: what is wrong, naming the key and the received value.
+        hint: how to fix it (one or two sentences), or ``""``.
+    """
+
+    exit_code = 1
+    kind = "error"
+
+    def __init__(self, message: str, hint: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        if self.hint:
+            return f"{self.message}\nFix: {self.hint}"
+        return self.message
+
+
+class ConfigError(TfgpuError):
+    """The configuration (YAML file, dict, ``--set`` or keyword override) is invalid."""
+
+    exit_code = 3
+    kind = "configuration error"
+
+
+class DeviceError(TfgpuError):
+    """A device request cannot be satisfied on this machine (e.g. GPU 3 of 2)."""
+
+    exit_code = 4
+    kind = "device error"
+
+
+class DataError(TfgpuError):
+    """A dataset is missing, unreadable or malformed."""
+
+    exit_code = 5
+    kind = "data error"
+
+
+class AlreadyInitializedError(TfgpuError):
+    """TensorFlow initialised its devices before tfgpu could apply a setting."""
+
+    exit_code = 6
+    kind = "TensorFlow already initialised"
+
+
+class TrainingError(TfgpuError):
+    """Building the model or training it failed (bad layer, NaN loss, OOM, ...)."""
+
+    exit_code = 7
+    kind = "training failed"
+
+
+class OutputError(TfgpuError):
+    """The run directory or one of its files cannot be written."""
+
+    exit_code = 8
+    kind = "output error"
+
+
+class Interrupted(TfgpuError):
+    """The run was interrupted (Ctrl-C); what was written so far is kept."""
+
+    exit_code = 130
+    kind = "interrupted"

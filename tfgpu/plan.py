@@ -1,0 +1,383 @@
+"""Config + probe -> plan: a pure function, no TensorFlow, no process state.
+
+A :class:`Plan` is plain data: the environment variables to set before
+TensorFlow is imported, the ``tf.config`` (and Keras) calls to make, in order,
+before devices are initialised, the strategy, the replica count and the global
+batch. ``tfgpu plan`` prints it; :func:`tfgpu.apply.apply_plan` carries it out
+and does nothing else.
+
+Order of application (why): environment first (TensorFlow and CUDA read it at
+import or at device initialisation), then threading (fixed at context
+creation), then per-GPU memory settings and logical splits (fixed when devices
+initialise), then the CPU split, then settings that may change at any time
+(placement, determinism, seed, dtype policy).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Optional
+
+from .config import Config, normalise_device
+from .errors import DeviceError
+from .probe import GpuInfo, Probe
+
+#: Keys of :attr:`Plan.env`, in the order they are set.
+ENV_ORDER = ("TF_CPP_MIN_LOG_LEVEL", "TF_ENABLE_ONEDNN_OPTS", "KERAS_BACKEND", "CUDA_DEVICE_ORDER", "CUDA_VISIBLE_DEVICES", "TF_GPU_ALLOCATOR")
+
+
+@dataclass(frozen=True)
+class TfCall:
+    """One TensorFlow/Keras configuration call.
+
+    Attributes:
+        api: the public API, e.g. ``"tf.config.experimental.set_memory_growth"``.
+        device: the physical device it applies to (``"GPU:0"``, ``"CPU:0"``) or ``None``.
+        value: the argument (bool, int, str, or a list of logical-device memory
+            limits in MiB where ``None`` means no limit).
+        setting: the config key it comes from, e.g. ``"devices.memory_growth"``.
+    """
+
+    api: str
+    device: Optional[str]
+    value: Any
+    setting: str
+
+    def __str__(self) -> str:
+        value = self.value
+        if self.api.endswith("set_logical_device_configuration"):
+            value = "[" + ", ".join(
+                "LogicalDeviceConfiguration()" if v is None else f"LogicalDeviceConfiguration(memory_limit={v})"
+                for v in self.value
+            ) + "]"
+        elif isinstance(value, str):
+            value = repr(value)
+        args = [a for a in (self.device and f"<{self.device}>", value if value is not None else None) if a is not None]
+        return f"{self.api}({', '.join(str(a) for a in args)})"
+
+
+@dataclass(frozen=True)
+class StrategyPlan:
+    """Which ``tf.distribute`` strategy to build.
+
+    Attributes:
+        kind: ``"mirrored"``, ``"one_device"`` or ``"default"``.
+        devices: logical device names, e.g. ``("/gpu:0", "/gpu:1")``.
+        cross_device_ops: ``"nccl"``, ``"hierarchical_copy"``,
+            ``"reduce_to_one_device"``, or ``None`` (a single device).
+    """
+
+    kind: str
+    devices: tuple[str, ...]
+    cross_device_ops: Optional[str]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything :func:`tfgpu.setup` and ``tfgpu run`` will do, as data.
+
+    Attributes:
+        env: environment variables to set before ``import tensorflow``.
+        tf_calls: configuration calls, in order.
+        gpus: the physical GPUs TensorFlow will see, numbered as it will number them.
+        logical_devices: the logical devices the strategy can use.
+        strategy: the strategy to build.
+        num_replicas: replicas in sync (the strategy's device count).
+        batch_size_per_replica: samples per replica per step.
+        global_batch_size: ``batch_size_per_replica * num_replicas`` samples per step.
+        lr_scaling: ``"none"``, ``"linear"`` or ``"sqrt"``.
+        lr_scale: the factor the optimizer's learning rate is multiplied by.
+        jit_compile: the XLA setting (``"auto"``, ``True``, ``False``).
+        mixed_precision: the Keras dtype policy name.
+        warnings: things that work but are probably not what was meant.
+    """
+
+    env: dict[str, str]
+    tf_calls: tuple[TfCall, ...]
+    gpus: tuple[GpuInfo, ...]
+    logical_devices: tuple[str, ...]
+    strategy: StrategyPlan
+    num_replicas: int
+    batch_size_per_replica: int
+    global_batch_size: int
+    lr_scaling: str
+    lr_scale: float
+    jit_compile: Any
+    mixed_precision: str
+    warnings: tuple[str, ...] = field(default=())
+
+    def to_dict(self) -> dict[str, Any]:
+        """The plan as JSON-ready data (``tf_calls`` also as text)."""
+        data = asdict(self)
+        data["tf_calls_text"] = [str(c) for c in self.tf_calls]
+        return data
+
+    def describe(self) -> str:
+        """The plan as the lines ``tfgpu plan`` prints."""
+        lines = ["Environment (set before TensorFlow is imported):"]
+        lines += [f"  {k}={v}" for k, v in self.env.items()] or ["  (nothing to set)"]
+        lines.append("TensorFlow calls (in order, before devices initialise):")
+        lines += [f"  {i}. {c}    # {c.setting}" for i, c in enumerate(self.tf_calls, 1)] or ["  (none)"]
+        gpus = ", ".join(
+            f"GPU:{g.index} {g.name}" + (f" ({g.total_mib} MiB)" if g.total_mib else "") for g in self.gpus
+        )
+        lines.append(f"Physical GPUs: {gpus or 'none (CPU only)'}")
+        lines.append(f"Logical devices: {', '.join(self.logical_devices)}")
+        s = self.strategy
+        ops = f", cross-device ops {s.cross_device_ops}" if s.cross_device_ops else ""
+        lines.append(f"Strategy: {s.kind} on {', '.join(s.devices) or 'the default device'}{ops}")
+        lines.append(
+            f"Replicas: {self.num_replicas}; batch: {self.batch_size_per_replica} per replica x "
+            f"{self.num_replicas} = {self.global_batch_size} global"
+        )
+        if self.lr_scaling != "none":
+            lines.append(f"Learning rate: x{self.lr_scale:g} ({self.lr_scaling} scaling)")
+        for w in self.warnings:
+            lines.append(f"Warning: {w}")
+        return "\n".join(lines)
+
+
+def _visible(config: Config, probe: Probe) -> list[GpuInfo]:
+    request = config.devices.visible_gpus
+    if request == "all":
+        return list(probe.gpus)
+    if request == "none":
+        return []
+    count = len(probe.gpus)
+    for i in request:
+        if i >= count:
+            have = f"{count} GPU{'s' if count != 1 else ''}" + (
+                f" (indices 0-{count - 1})" if count > 1 else " (index 0)" if count == 1 else ""
+            )
+            why = f" NVML says: {probe.nvml_error}." if probe.nvml_error and not count else ""
+            raise DeviceError(
+                f"devices.visible_gpus: GPU index {i} was requested (received {list(request)}), but this "
+                f"process can see {have}.{why}",
+                "use indices below the GPU count, 'all', or 'none' for CPU only; 'tfgpu plan' "
+                "shows the GPUs found.",
+            )
+    return [probe.gpus[i] for i in request]
+
+
+def _memory_calls(config: Config, gpus: list[GpuInfo], warnings: list[str]) -> list[TfCall]:
+    dev = config.devices
+    split = dev.gpu_logical_devices
+    limited = dev.memory_limit_mib is not None or dev.memory_fraction is not None
+    growth = dev.memory_growth if dev.memory_growth is not None else (not limited and split == 1)
+    calls: list[TfCall] = []
+    if not gpus:
+        asked = [k for k in ("memory_growth", "memory_limit_mib", "memory_fraction") if k in dev.model_fields_set]
+        if asked or split > 1:
+            warnings.append(
+                "no GPU is visible, so devices."
+                + ", devices.".join(asked + (["gpu_logical_devices"] if split > 1 else []))
+                + " has nothing to apply to"
+            )
+        return calls
+    for new_index, gpu in enumerate(gpus):
+        target = f"GPU:{new_index}"
+        if limited:
+            if dev.memory_fraction is not None:
+                if gpu.total_mib is None:
+                    raise DeviceError(
+                        f"devices.memory_fraction: {dev.memory_fraction} needs GPU {new_index}'s total "
+                        "memory, which NVML could not report.",
+                        "set devices.memory_limit_mib (MiB) instead, or install nvidia-ml-py and the NVIDIA driver.",
+                    )
+                limit = int(math.floor(dev.memory_fraction * gpu.total_mib))
+                key = "devices.memory_fraction"
+            else:
+                limit = int(dev.memory_limit_mib)
+                key = "devices.memory_limit_mib"
+                if gpu.total_mib is not None and limit > gpu.total_mib:
+                    raise DeviceError(
+                        f"devices.memory_limit_mib: {limit} MiB is more than GPU {new_index} ({gpu.name}) "
+                        f"has: {gpu.total_mib} MiB in total.",
+                        f"set a limit of at most {gpu.total_mib} MiB, or use devices.memory_fraction.",
+                    )
+            each = limit // split
+            if each < 64:
+                raise DeviceError(
+                    f"{key}: GPU {new_index} would get {limit} MiB split into {split} logical devices of "
+                    f"{each} MiB, less than the 64 MiB TensorFlow needs for a usable device.",
+                    "raise the limit or lower devices.gpu_logical_devices.",
+                )
+            if key == "devices.memory_fraction" and each < 1024:
+                warnings.append(
+                    f"GPU {new_index}: each logical device gets only {each} MiB; small models only"
+                )
+            setting = key if split == 1 else f"{key}, devices.gpu_logical_devices"
+            calls.append(TfCall("tf.config.set_logical_device_configuration", target, [each] * split, setting))
+        elif growth:
+            calls.append(TfCall("tf.config.experimental.set_memory_growth", target, True, "devices.memory_growth"))
+    return calls
+
+
+def _cross_device_ops(config: Config, kind: str, devices: tuple[str, ...], gpus: list[GpuInfo],
+                      probe: Probe, warnings: list[str]) -> Optional[str]:
+    requested = config.distribute.cross_device_ops
+    if kind != "mirrored" or len(devices) < 2:
+        if requested != "auto":
+            warnings.append(
+                f"distribute.cross_device_ops: {requested} is ignored: a single replica sums nothing across devices"
+            )
+        return None
+    on_gpus = all(d.startswith("/gpu:") for d in devices)
+    virtual = config.devices.gpu_logical_devices > 1
+    nccl_ok = on_gpus and not virtual and probe.platform.startswith("linux")
+    if requested == "auto":
+        if nccl_ok:
+            return "nccl"
+        return "hierarchical_copy" if on_gpus and not virtual else "reduce_to_one_device"
+    if requested == "nccl" and not nccl_ok:
+        why = (
+            "the replicas are not all GPUs" if not on_gpus
+            else "logical GPUs share a physical GPU" if virtual
+            else "NCCL is only available on Linux"
+        )
+        fallback = "hierarchical_copy" if on_gpus and not virtual else "reduce_to_one_device"
+        warnings.append(f"distribute.cross_device_ops: nccl cannot work here ({why}); using {fallback} instead")
+        return fallback
+    if requested == "hierarchical_copy" and not on_gpus:
+        warnings.append(
+            "distribute.cross_device_ops: hierarchical_copy needs GPUs; using reduce_to_one_device instead"
+        )
+        return "reduce_to_one_device"
+    return requested
+
+
+def _strategy(config: Config, logical: tuple[str, ...], cpu_count: int, gpu_count: int,
+              gpus: list[GpuInfo], probe: Probe, warnings: list[str]) -> StrategyPlan:
+    dist = config.distribute
+    known = {f"/gpu:{i}" for i in range(gpu_count)} | {f"/cpu:{i}" for i in range(cpu_count)}
+    explicit = tuple(normalise_device(d) for d in dist.devices) if dist.devices else None
+    if explicit:
+        missing = [d for d in explicit if d not in known]
+        if missing:
+            raise DeviceError(
+                f"distribute.devices: {missing[0]} was requested (received {list(dist.devices)}), but the "
+                f"logical devices will be: {', '.join(sorted(known))}.",
+                "name existing devices, or raise devices.cpu_logical_devices / devices.gpu_logical_devices, "
+                "or make more GPUs visible.",
+            )
+    kind = dist.strategy
+    if kind == "default":
+        if explicit:
+            warnings.append("distribute.devices is ignored with strategy: default")
+        return StrategyPlan("default", (), None)
+    if kind == "one_device":
+        if explicit and len(explicit) != 1:
+            raise DeviceError(
+                f"distribute.devices: strategy one_device takes exactly one device; received {list(dist.devices)}.",
+                "give one device, e.g. ['/gpu:0'], or use strategy: mirrored for several.",
+            )
+        devices = explicit or logical[:1]
+        return StrategyPlan("one_device", devices, None)
+    devices = explicit or logical
+    if kind == "auto":
+        kind = "mirrored" if len(devices) > 1 else "one_device"
+    ops = _cross_device_ops(config, kind, devices, gpus, probe, warnings)
+    return StrategyPlan(kind, devices, ops)
+
+
+def make_plan(config: Config, probe: Probe) -> Plan:
+    """Translate a configuration for a machine into a :class:`Plan`.
+
+    A pure function: it reads its arguments only and imports no TensorFlow.
+
+    Args:
+        config: the validated configuration.
+        probe: what the machine offers (see :func:`tfgpu.probe.probe`).
+
+    Returns:
+        The plan.
+
+    Raises:
+        DeviceError: a request this machine cannot satisfy: a GPU index beyond
+            the count, a memory limit above a GPU's total, a fraction without a
+            known total, a strategy device that will not exist.
+    """
+    warnings: list[str] = []
+    dev = config.devices
+    tfc = config.tensorflow
+    gpus = _visible(config, probe)
+
+    env: dict[str, str] = {}
+    if "log_level" in tfc.model_fields_set:
+        env["TF_CPP_MIN_LOG_LEVEL"] = str(tfc.log_level)
+        if dev.log_device_placement and tfc.log_level > 0:
+            warnings.append(
+                f"devices.log_device_placement is on but tensorflow.log_level is {tfc.log_level}: TensorFlow "
+                "logs placements at INFO level, so they are hidden; set log_level: 0 to see them"
+            )
+    elif dev.log_device_placement:
+        env["TF_CPP_MIN_LOG_LEVEL"] = "0"
+    elif "TF_CPP_MIN_LOG_LEVEL" not in probe.env:
+        env["TF_CPP_MIN_LOG_LEVEL"] = str(tfc.log_level)
+    if tfc.onednn_opts is not None:
+        env["TF_ENABLE_ONEDNN_OPTS"] = "1" if tfc.onednn_opts else "0"
+    env["KERAS_BACKEND"] = "tensorflow"
+    if dev.visible_gpus != "all" or probe.gpus:
+        if probe.env.get("CUDA_DEVICE_ORDER", "PCI_BUS_ID") != "PCI_BUS_ID":
+            warnings.append(
+                f"CUDA_DEVICE_ORDER was {probe.env['CUDA_DEVICE_ORDER']}; tfgpu sets PCI_BUS_ID so GPU "
+                "indices match nvidia-smi"
+            )
+        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+    if dev.visible_gpus == "none":
+        env["CUDA_VISIBLE_DEVICES"] = "-1"
+    elif dev.visible_gpus != "all":
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(
+            str(g.nvml_index if g.nvml_index is not None else g.index) for g in gpus
+        )
+    if tfc.gpu_allocator != "default":
+        env["TF_GPU_ALLOCATOR"] = tfc.gpu_allocator
+
+    calls: list[TfCall] = []
+    if tfc.intra_op_threads:
+        calls.append(TfCall("tf.config.threading.set_intra_op_parallelism_threads", None,
+                            tfc.intra_op_threads, "tensorflow.intra_op_threads"))
+    if tfc.inter_op_threads:
+        calls.append(TfCall("tf.config.threading.set_inter_op_parallelism_threads", None,
+                            tfc.inter_op_threads, "tensorflow.inter_op_threads"))
+    calls += _memory_calls(config, gpus, warnings)
+    if dev.cpu_logical_devices > 1:
+        calls.append(TfCall("tf.config.set_logical_device_configuration", "CPU:0",
+                            [None] * dev.cpu_logical_devices, "devices.cpu_logical_devices"))
+    calls.append(TfCall("tf.config.set_soft_device_placement", None, dev.soft_placement, "devices.soft_placement"))
+    calls.append(TfCall("tf.debugging.set_log_device_placement", None, dev.log_device_placement,
+                        "devices.log_device_placement"))
+    if tfc.deterministic_ops:
+        calls.append(TfCall("tf.config.experimental.enable_op_determinism", None, None, "tensorflow.deterministic_ops"))
+        if tfc.seed is None:
+            warnings.append("tensorflow.deterministic_ops without tensorflow.seed: runs still differ; set a seed")
+    if tfc.seed is not None:
+        calls.append(TfCall("keras.utils.set_random_seed", None, tfc.seed, "tensorflow.seed"))
+    calls.append(TfCall("keras.mixed_precision.set_global_policy", None, tfc.mixed_precision,
+                        "tensorflow.mixed_precision"))
+    if tfc.mixed_precision == "mixed_float16" and not gpus:
+        warnings.append("mixed_float16 on CPU is slow (CPUs compute float16 in software); use float32 or mixed_bfloat16")
+
+    gpu_count = len(gpus) * dev.gpu_logical_devices
+    cpu_count = dev.cpu_logical_devices
+    logical = tuple(f"/gpu:{i}" for i in range(gpu_count)) or tuple(f"/cpu:{i}" for i in range(cpu_count))
+    strategy = _strategy(config, logical, cpu_count, gpu_count, gpus, probe, warnings)
+    replicas = max(1, len(strategy.devices))
+    per_replica = config.train.batch_size_per_replica
+    scale = {"none": 1.0, "linear": float(replicas), "sqrt": math.sqrt(replicas)}[config.train.lr_scaling]
+    return Plan(
+        env={k: env[k] for k in ENV_ORDER if k in env},
+        tf_calls=tuple(calls),
+        gpus=tuple(GpuInfo(i, g.name, g.total_mib, g.uuid, g.nvml_index) for i, g in enumerate(gpus)),
+        logical_devices=logical,
+        strategy=strategy,
+        num_replicas=replicas,
+        batch_size_per_replica=per_replica,
+        global_batch_size=per_replica * replicas,
+        lr_scaling=config.train.lr_scaling,
+        lr_scale=scale,
+        jit_compile=tfc.jit_compile,
+        mixed_precision=tfc.mixed_precision,
+        warnings=tuple(warnings),
+    )
