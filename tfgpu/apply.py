@@ -1,0 +1,172 @@
+"""Carry out a :class:`~tfgpu.plan.Plan`: the only code that changes process state.
+
+It writes ``os.environ`` (before TensorFlow is imported), imports TensorFlow,
+and makes the plan's ``tf.config`` / Keras calls in order. A setting that
+TensorFlow can no longer change (its devices were already initialised) is
+compared with what is in force: equal is fine, different is collected, and all
+such settings are reported together in one
+:class:`~tfgpu.errors.AlreadyInitializedError` instead of TensorFlow's bare
+``RuntimeError``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+from .errors import AlreadyInitializedError
+from .plan import Plan, TfCall
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What TensorFlow reports after the plan was applied.
+
+    Attributes:
+        physical_devices: e.g. ``("/physical_device:CPU:0", "/physical_device:GPU:0")``.
+        logical_devices: e.g. ``("/device:CPU:0", "/device:CPU:1")``.
+        env: the environment variables that were set.
+        tf_was_imported: TensorFlow had been imported before tfgpu applied the plan.
+    """
+
+    physical_devices: tuple[str, ...]
+    logical_devices: tuple[str, ...]
+    env: dict[str, str]
+    tf_was_imported: bool
+
+
+def set_environment(env: dict[str, str]) -> dict[str, Optional[str]]:
+    """Set the plan's environment variables; returns their previous values."""
+    previous = {}
+    for key, value in env.items():
+        previous[key] = os.environ.get(key)
+        os.environ[key] = value
+    return previous
+
+
+def import_tensorflow() -> Any:
+    """Import TensorFlow (and Keras 3 with its TensorFlow backend)."""
+    import tensorflow as tf  # noqa: PLC0415 - the one place TensorFlow is imported for configuring
+
+    return tf
+
+
+def gpu_count() -> int:
+    """Physical GPUs TensorFlow sees (``tf.config.list_physical_devices('GPU')``)."""
+    tf = import_tensorflow()
+    return len(tf.config.list_physical_devices("GPU"))
+
+
+def _device(tf: Any, name: Optional[str]) -> Any:
+    kind, index = name.split(":")
+    devices = tf.config.list_physical_devices(kind)
+    if int(index) >= len(devices):
+        raise AlreadyInitializedError(
+            f"physical device {name} does not exist; TensorFlow lists {[d.name for d in devices]}.",
+            "run 'tfgpu plan' to compare what tfgpu expected with what TensorFlow sees.",
+        )
+    return devices[int(index)]
+
+
+def _limits(configs: Optional[list]) -> Optional[list]:
+    if configs is None:
+        return None
+    return [c.memory_limit for c in configs]
+
+
+def _apply_call(tf: Any, call: TfCall) -> Optional[str]:
+    """Make one call; return why it conflicts with what is in force, or None."""
+    api = call.api
+    if api == "tf.config.experimental.set_memory_growth":
+        device = _device(tf, call.device)
+        try:
+            tf.config.experimental.set_memory_growth(device, call.value)
+        except RuntimeError:
+            current = tf.config.experimental.get_memory_growth(device)
+            if current != call.value:
+                return f"memory growth on {call.device} is already {current}"
+        return None
+    if api == "tf.config.set_logical_device_configuration":
+        device = _device(tf, call.device)
+        wanted = [tf.config.LogicalDeviceConfiguration(memory_limit=v) for v in call.value]
+        try:
+            tf.config.set_logical_device_configuration(device, wanted)
+        except RuntimeError:
+            current = tf.config.get_logical_device_configuration(device)
+            if _limits(current) != list(call.value):
+                have = len(current) if current else 1
+                return f"{call.device} is already initialised as {have} logical device(s) (limits {_limits(current)})"
+        return None
+    if api.startswith("tf.config.threading.set_"):
+        setter = getattr(tf.config.threading, api.rsplit(".", 1)[1])
+        getter = getattr(tf.config.threading, api.rsplit(".", 1)[1].replace("set_", "get_"))
+        try:
+            setter(call.value)
+        except RuntimeError:
+            if getter() != call.value:
+                return f"the thread count is already fixed at {getter() or 'TensorFlow’s choice (0)'}"
+        return None
+    simple: dict[str, Callable[[], Any]] = {
+        "tf.config.set_soft_device_placement": lambda: tf.config.set_soft_device_placement(call.value),
+        "tf.debugging.set_log_device_placement": lambda: tf.debugging.set_log_device_placement(call.value),
+        "tf.config.experimental.enable_op_determinism": tf.config.experimental.enable_op_determinism,
+        "keras.utils.set_random_seed": lambda: _keras().utils.set_random_seed(call.value),
+        "keras.mixed_precision.set_global_policy": lambda: _keras().mixed_precision.set_global_policy(call.value),
+    }
+    simple[api]()
+    return None
+
+
+def _keras() -> Any:
+    import keras  # noqa: PLC0415
+
+    return keras
+
+
+def apply_plan(plan: Plan) -> Applied:
+    """Set the environment, import TensorFlow and make the plan's calls.
+
+    Args:
+        plan: from :func:`tfgpu.plan.make_plan`.
+
+    Returns:
+        :class:`Applied`: the physical and logical devices TensorFlow reports.
+
+    Raises:
+        AlreadyInitializedError: TensorFlow initialised its devices before this
+            call and one or more settings differ from what is in force; the
+            message names each config key, what was asked and what holds.
+
+    Wraps: https://www.tensorflow.org/api_docs/python/tf/config
+    """
+    tf_was_imported = "tensorflow" in sys.modules
+    previous = set_environment(plan.env)
+    tf = import_tensorflow()
+    conflicts: list[tuple[str, str, str]] = []
+    if tf_was_imported and previous.get("CUDA_VISIBLE_DEVICES") != plan.env.get("CUDA_VISIBLE_DEVICES",
+                                                                           previous.get("CUDA_VISIBLE_DEVICES")):
+        seen = len(tf.config.list_physical_devices("GPU"))
+        if seen != len(plan.gpus):
+            conflicts.append(("devices.visible_gpus", f"CUDA_VISIBLE_DEVICES={plan.env['CUDA_VISIBLE_DEVICES']}",
+                              f"TensorFlow started with {previous.get('CUDA_VISIBLE_DEVICES')!r} and sees {seen} GPU(s)"))
+    if "keras" in sys.modules and _keras().backend.backend() != "tensorflow":
+        conflicts.append(("KERAS_BACKEND", "KERAS_BACKEND=tensorflow",
+                          f"Keras was imported with the {_keras().backend.backend()} backend"))
+    for call in plan.tf_calls:
+        why = _apply_call(tf, call)
+        if why:
+            conflicts.append((call.setting, str(call), why))
+    if conflicts:
+        items = "\n".join(f"  - {key}: {what} cannot be applied: {why}." for key, what, why in conflicts)
+        raise AlreadyInitializedError(
+            "TensorFlow initialised its devices before tfgpu.setup() ran, so these settings cannot "
+            f"take effect:\n{items}",
+            "call tfgpu.setup() before any other TensorFlow code (right after the imports, before "
+            "building a model or listing logical devices), or run in a fresh process (restart the "
+            "notebook kernel).",
+        )
+    logical = tuple(d.name for d in tf.config.list_logical_devices())
+    physical = tuple(d.name for d in tf.config.list_physical_devices())
+    return Applied(physical, logical, dict(plan.env), tf_was_imported)
