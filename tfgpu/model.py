@@ -1,0 +1,264 @@
+"""``model:`` section -> Keras model, optimizer, loss and metrics.
+
+Layers, optimizers, losses and metrics are named by Keras's own class names
+(``Conv2D``, ``Adam``, ``SparseCategoricalCrossentropy``) or their snake_case
+forms (``adam``, ``sparse_categorical_crossentropy``), with arguments as a
+mapping. Unknown names raise :class:`~tfgpu.errors.ConfigError` with the
+closest Keras name.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import inspect
+import re
+from typing import Any
+
+from .config import ModelConfig
+from .errors import ConfigError
+
+
+def _keras() -> Any:
+    import keras  # noqa: PLC0415
+
+    return keras
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", name).lower()
+
+
+def _catalogue(module: Any, base: type) -> dict[str, type]:
+    table: dict[str, type] = {}
+    for attr in dir(module):
+        obj = getattr(module, attr)
+        if inspect.isclass(obj) and issubclass(obj, base) and obj is not base:
+            table[attr] = obj
+            table.setdefault(attr.lower(), obj)
+            table.setdefault(_snake(attr), obj)
+    return table
+
+
+def _split_spec(spec: Any) -> tuple[str, dict[str, Any]]:
+    if isinstance(spec, str):
+        return spec, {}
+    args = dict(spec)
+    return args.pop("name"), args
+
+
+def _unknown(key: str, kind: str, name: str, table: dict[str, type]) -> ConfigError:
+    names = sorted({n for n in table if n[0].isupper()})
+    close = difflib.get_close_matches(name, list(table), n=1, cutoff=0.6)
+    guess = f" Did you mean '{close[0]}'?" if close else ""
+    return ConfigError(
+        f"{key}: '{name}' is not a Keras {kind}.{guess}",
+        f"use a Keras {kind} class name, e.g. {', '.join(names[:8])} ... (keras.{kind.split()[0]}s).",
+    )
+
+
+def _construct(key: str, cls: type, args: dict[str, Any]) -> Any:
+    try:
+        return cls(**args)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(
+            f"{key}: {cls.__name__}({', '.join(f'{k}={v!r}' for k, v in args.items())}) failed: {exc}",
+            f"check the arguments against https://keras.io/api/ for {cls.__name__}.",
+        ) from None
+
+
+def make_optimizer(spec: Any, lr_scale: float = 1.0) -> tuple[Any, float]:
+    """Build the optimizer; scale its learning rate by ``lr_scale``.
+
+    Returns:
+        ``(optimizer, learning_rate)``; the rate is the scaled float value.
+
+    Raises:
+        ConfigError: unknown optimizer, bad arguments, or scaling asked for a
+            learning-rate schedule.
+    """
+    keras = _keras()
+    name, args = _split_spec(spec)
+    table = _catalogue(keras.optimizers, keras.optimizers.Optimizer)
+    cls = table.get(name) or table.get(name.lower())
+    if cls is None:
+        raise _unknown("model.optimizer", "optimizer", name, table)
+    base = args.get("learning_rate")
+    if base is None:
+        base = inspect.signature(cls).parameters["learning_rate"].default
+    if not isinstance(base, (int, float)):
+        if lr_scale != 1.0:
+            raise ConfigError(
+                "train.lr_scaling: the learning rate is a schedule, which tfgpu cannot scale.",
+                "set train.lr_scaling: none and scale the schedule yourself.",
+            )
+        return _construct("model.optimizer", cls, args), float("nan")
+    rate = float(base) * lr_scale
+    return _construct("model.optimizer", cls, {**args, "learning_rate": rate}), rate
+
+
+def loss_name(spec: Any) -> str:
+    """The snake_case name of a loss spec (``"sparse_categorical_crossentropy"``)."""
+    return _snake(_split_spec(spec)[0])
+
+
+def make_loss(spec: Any, per_example: bool = False) -> Any:
+    """Build the loss as a ``keras.losses.Loss`` instance.
+
+    Args:
+        spec: name or mapping from ``model.loss``.
+        per_example: no reduction (``reduction=None``): the loss returns one
+            value per example, shape ``(batch,)``, for the custom loop.
+
+    Raises:
+        ConfigError: unknown loss or bad arguments.
+    """
+    keras = _keras()
+    name, args = _split_spec(spec)
+    table = _catalogue(keras.losses, keras.losses.Loss)
+    cls = table.get(name) or table.get(name.lower())
+    if cls is None:
+        raise _unknown("model.loss", "loss", name, table)
+    if per_example:
+        args = {**args, "reduction": None}
+    return _construct("model.loss", cls, args)
+
+
+def make_metrics(specs: list[Any], loss: Any, prefix: str = "") -> list[Any]:
+    """Build metric objects; ``accuracy``/``acc`` picks the variant that fits the loss.
+
+    Args:
+        specs: ``model.metrics``.
+        loss: ``model.loss`` (decides what ``accuracy`` means).
+        prefix: prepended to each metric's name (``"val_"`` for validation).
+
+    Raises:
+        ConfigError: unknown metric or bad arguments.
+    """
+    keras = _keras()
+    table = _catalogue(keras.metrics, keras.metrics.Metric)
+    lname = loss_name(loss)
+    out = []
+    for i, spec in enumerate(specs):
+        name, args = _split_spec(spec)
+        if name in ("accuracy", "acc"):
+            if "sparse_categorical" in lname:
+                cls = keras.metrics.SparseCategoricalAccuracy
+            elif "categorical" in lname:
+                cls = keras.metrics.CategoricalAccuracy
+            elif "binary" in lname:
+                cls = keras.metrics.BinaryAccuracy
+            else:
+                cls = keras.metrics.Accuracy
+            args = {"name": name, **args}
+        else:
+            cls = table.get(name) or table.get(name.lower())
+            if cls is None:
+                raise _unknown(f"model.metrics[{i}]", "metric", name, table)
+        metric = _construct(f"model.metrics[{i}]", cls, args)
+        if prefix:
+            metric = _construct(f"model.metrics[{i}]", cls, {**args, "name": prefix + metric.name})
+        out.append(metric)
+    return out
+
+
+def _layer(i: int, item: Any) -> Any:
+    keras = _keras()
+    if isinstance(item, str):
+        name, args = item, {}
+    else:
+        (name, args), = item.items()
+        args = dict(args or {})
+    cls = getattr(keras.layers, name, None)
+    if not (inspect.isclass(cls) and issubclass(cls, keras.layers.Layer)):
+        table = _catalogue(keras.layers, keras.layers.Layer)
+        raise _unknown(f"model.layers[{i}]", "layer", name, {k: v for k, v in table.items() if k[0].isupper()})
+    return _construct(f"model.layers[{i}] ({name})", cls, args)
+
+
+def _from_builder(cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int) -> Any:
+    keras = _keras()
+    module_name, _, func_name = cfg.builder.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(
+            f"model.builder: cannot import module '{module_name}' (received '{cfg.builder}'): {exc}.",
+            "check the module name and that it is importable (on PYTHONPATH or installed).",
+        ) from None
+    func = getattr(module, func_name, None)
+    if not callable(func):
+        raise ConfigError(
+            f"model.builder: module '{module_name}' has no function '{func_name}'.",
+            "name a function that returns a keras.Model, as 'package.module:function'.",
+        )
+    params = inspect.signature(func).parameters
+    takes_all = any(p.kind is p.VAR_KEYWORD for p in params.values())
+    kwargs = dict(cfg.builder_args)
+    for key, value in (("input_shape", input_shape), ("num_classes", num_classes)):
+        if takes_all or key in params:
+            kwargs.setdefault(key, value)
+    try:
+        model = func(**kwargs)
+    except TypeError as exc:
+        raise ConfigError(f"model.builder: {cfg.builder}(**{kwargs}) failed: {exc}.",
+                          "match model.builder_args to the function's parameters.") from None
+    if not isinstance(model, keras.Model):
+        raise ConfigError(
+            f"model.builder: {cfg.builder} returned {type(model).__name__}, not a keras.Model.",
+            "return a keras.Model (keras.Sequential or the functional API) from the function.",
+        )
+    return model
+
+
+def build_model(cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int) -> Any:
+    """Build the (uncompiled) Keras model; call inside ``strategy.scope()``.
+
+    Args:
+        cfg: the ``model`` section.
+        input_shape: one sample's shape, e.g. ``(28, 28, 1)``.
+        num_classes: the model's last layer must output this many values.
+
+    Returns:
+        A ``keras.Model`` mapping float32 ``(batch, *input_shape)`` to
+        ``(batch, num_classes)``.
+
+    Raises:
+        ConfigError: no model defined, an unknown layer or bad arguments, a
+            builder that fails or returns no model, or an output shape that
+            does not fit the data.
+    """
+    keras = _keras()
+    if not cfg.defined:
+        raise ConfigError(
+            "model: the recipe defines no model (neither model.layers nor model.builder is set).",
+            "add model.layers (a list of Keras layers) or model.builder ('module:function').",
+        )
+    if cfg.builder:
+        model = _from_builder(cfg, input_shape, num_classes)
+    else:
+        layers = [_layer(i, item) for i, item in enumerate(cfg.layers)]
+        try:
+            model = keras.Sequential([keras.Input(shape=input_shape), *layers])
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(
+                f"model.layers: the layers do not fit inputs of shape {input_shape}: {exc}",
+                "check each layer's expected input rank (e.g. add Flatten before Dense).",
+            ) from None
+    out = model.output_shape
+    if isinstance(out, tuple) and out[-1] != num_classes:
+        raise ConfigError(
+            f"model: the model outputs {out[-1]} values per sample (output shape {out}), "
+            f"but the data has {num_classes} classes.",
+            f"end the model with a layer of {num_classes} units, e.g. Dense: {{units: {num_classes}, activation: softmax}}.",
+        )
+    return model
+
+
+def describe_model(model: Any) -> dict[str, Any]:
+    """Name, parameter count and layer classes of a model (for the run summary)."""
+    return {
+        "name": model.name,
+        "parameters": int(model.count_params()),
+        "layers": [type(layer).__name__ for layer in model.layers],
+    }

@@ -1,0 +1,66 @@
+"""Run directories: a new one per run, written as the run goes.
+
+A run directory holds:
+
+- ``config.yaml``: the resolved configuration (what was applied);
+- ``plan.json``: the plan (environment, ``tf.config`` calls, strategy);
+- ``metrics.csv``: one row per epoch, flushed as each epoch ends;
+- ``summary.json``: devices, replicas, batches, loop, epoch times,
+  samples/s, final metrics and the run's status (``running``, ``completed``,
+  ``failed``, ``interrupted``);
+- ``model.keras``: the trained model (``keras.Model.save``).
+
+Files are replaced atomically (write, then rename), so an interrupted run
+never leaves a half-written summary, and a run never touches another run's
+directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from .errors import OutputError
+
+
+def create_run_dir(parent: str, name: str) -> Path:
+    """Create a new, empty run directory ``parent/name-YYYYmmdd-HHMMSS[-N]``.
+
+    Raises:
+        OutputError: ``parent`` cannot be created or written.
+    """
+    root = Path(parent)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        for n in range(1, 10_000):
+            candidate = root / (f"{name}-{stamp}" + (f"-{n}" if n > 1 else ""))
+            try:
+                candidate.mkdir()
+                return candidate
+            except FileExistsError:
+                continue
+    except OSError as exc:
+        raise OutputError(
+            f"output.dir: cannot create a run directory under '{parent}': {exc.strerror or exc}.",
+            "set output.dir (or --output-dir) to a writable directory.",
+        ) from None
+    raise OutputError(f"output.dir: too many runs named {name}-{stamp} in '{parent}'.", "use another output.name.")
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` via a temporary file and a rename."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise OutputError(f"cannot write {path}: {exc.strerror or exc}.", "check the disk space and permissions.") from None
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Write JSON atomically (see :func:`write_atomic`)."""
+    write_atomic(path, json.dumps(data, indent=2, default=str) + "\n")
