@@ -1,0 +1,58 @@
+"""Shared helpers: real subprocesses for anything that configures TensorFlow."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPES = ROOT / "recipes"
+
+
+def data_dir() -> Path:
+    """The offline data root (TFGPU_DATA_DIR, else ../shared/data beside the checkout)."""
+    return Path(os.environ.get("TFGPU_DATA_DIR") or ROOT.parent / "shared" / "data").resolve()
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TFGPU_", "CUDA_", "TF_", "KERAS_"))}
+    env["TFGPU_DATA_DIR"] = str(data_dir())
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra)
+    return env
+
+
+def run_python(code: str, timeout: int = 300, **env: str) -> subprocess.CompletedProcess:
+    """Run a Python snippet in a fresh interpreter (TensorFlow is configured once per process)."""
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          timeout=timeout, env=child_env(**env), cwd=ROOT)
+
+
+def run_cli(*args: str, cwd: Path = ROOT, timeout: int = 600, **env: str) -> subprocess.CompletedProcess:
+    """Run ``tfgpu ARGS`` as a user would, in a subprocess."""
+    return subprocess.run([sys.executable, "-m", "tfgpu.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, env=child_env(**env), cwd=cwd)
+
+
+@pytest.fixture
+def mnist_dir() -> Path:
+    path = data_dir() / "mnist"
+    if not path.is_dir():
+        pytest.fail(f"MNIST is not at {path}; set TFGPU_DATA_DIR (CI sets it to ../shared/data)")
+    return path
+
+
+@pytest.fixture(autouse=True)
+def _no_env_leak():
+    """Fail any test that leaves an environment variable changed."""
+    before = dict(os.environ)
+    yield
+    after = dict(os.environ)
+    changed = {k for k in before.keys() | after.keys()
+               if before.get(k) != after.get(k) and k != "PYTEST_CURRENT_TEST"}
+    assert not changed, f"test leaked environment changes: {sorted(changed)}"

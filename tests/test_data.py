@@ -1,0 +1,130 @@
+"""Dataset loading from every supported layout, and every way the files can be wrong."""
+
+from __future__ import annotations
+
+import gzip
+import shutil
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tfgpu.data import IDX_FILES, load_arrays, read_idx
+from tfgpu.errors import DataError
+
+
+def idx_bytes(array: np.ndarray, magic: int) -> bytes:
+    return struct.pack(">I", magic) + b"".join(struct.pack(">I", d) for d in array.shape) + array.tobytes()
+
+
+def make_idx_dir(directory: Path, n_train: int = 12, n_test: int = 5, gz: bool = True) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    arrays = {
+        "x_train": rng.integers(0, 256, (n_train, 28, 28), dtype=np.uint8),
+        "y_train": rng.integers(0, 10, n_train, dtype=np.uint8),
+        "x_test": rng.integers(0, 256, (n_test, 28, 28), dtype=np.uint8),
+        "y_test": rng.integers(0, 10, n_test, dtype=np.uint8),
+    }
+    directory.mkdir(parents=True, exist_ok=True)
+    for key, (stem, magic) in IDX_FILES.items():
+        raw = idx_bytes(arrays[key], magic)
+        (directory / (stem + ".gz" if gz else stem)).write_bytes(gzip.compress(raw) if gz else raw)
+    return arrays
+
+
+def test_shared_mnist_is_read_with_counts_from_the_headers(mnist_dir):
+    data = load_arrays("mnist", str(mnist_dir / "idx"))
+    assert data.x_train.shape == (22699, 28, 28) and data.x_train.dtype == np.uint8
+    assert data.y_train.shape == (22699,) and data.x_test.shape == (10000, 28, 28)
+    assert data.num_classes == 10 and data.input_shape == (28, 28, 1)
+    npz = load_arrays("mnist", str(mnist_dir / "mnist.npz"))
+    assert np.array_equal(npz.x_train, data.x_train) and np.array_equal(npz.y_test, data.y_test)
+
+
+def test_tfgpu_data_dir_points_at_the_dataset_folder(monkeypatch, mnist_dir):
+    monkeypatch.setenv("TFGPU_DATA_DIR", str(mnist_dir.parent))
+    data = load_arrays("mnist")
+    assert len(data.x_train) == 22699 and data.source.endswith("mnist.npz")
+
+
+@pytest.mark.parametrize("gz", [True, False])
+@pytest.mark.parametrize("sub", ["", "idx", "mnist", "mnist/idx"])
+def test_idx_layouts(tmp_path, gz, sub):
+    arrays = make_idx_dir(tmp_path / sub if sub else tmp_path, gz=gz)
+    data = load_arrays("mnist", str(tmp_path))
+    assert np.array_equal(data.x_train, arrays["x_train"]) and np.array_equal(data.y_test, arrays["y_test"])
+
+
+def test_npz_in_a_directory(tmp_path):
+    arrays = make_idx_dir(tmp_path / "scratch")
+    np.savez(tmp_path / "mnist.npz", **arrays)
+    assert len(load_arrays("mnist", str(tmp_path)).x_train) == 12
+
+
+def test_missing_path(tmp_path):
+    with pytest.raises(DataError, match="does not exist") as info:
+        load_arrays("mnist", str(tmp_path / "nowhere"))
+    assert info.value.exit_code == 5
+
+
+def test_directory_without_data(tmp_path):
+    with pytest.raises(DataError, match="holds neither mnist.npz nor the four MNIST IDX files"):
+        load_arrays("mnist", str(tmp_path))
+
+
+def test_data_dir_without_the_dataset_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("TFGPU_DATA_DIR", str(tmp_path))
+    with pytest.raises(DataError, match="there is no 'mnist' folder"):
+        load_arrays("mnist")
+
+
+def test_wrong_magic_number(tmp_path):
+    make_idx_dir(tmp_path)
+    images = tmp_path / "train-images-idx3-ubyte.gz"
+    labels = tmp_path / "train-labels-idx1-ubyte.gz"
+    swapped = tmp_path / "swap"
+    shutil.move(images, swapped)
+    shutil.move(labels, images)
+    shutil.move(swapped, labels)
+    with pytest.raises(DataError, match="magic number 2049; images files have 2051"):
+        load_arrays("mnist", str(tmp_path))
+
+
+def test_truncated_file(tmp_path):
+    make_idx_dir(tmp_path, gz=False)
+    path = tmp_path / "t10k-images-idx3-ubyte"
+    path.write_bytes(path.read_bytes()[:-100])
+    with pytest.raises(DataError, match="holds 3820 data bytes, but its header .* needs 3920"):
+        read_idx(path, 2051)
+
+
+def test_count_mismatch(tmp_path):
+    make_idx_dir(tmp_path)
+    labels = np.zeros(11, dtype=np.uint8)
+    (tmp_path / "train-labels-idx1-ubyte.gz").write_bytes(gzip.compress(idx_bytes(labels, 2049)))
+    with pytest.raises(DataError, match="12 train images but 11 train labels"):
+        load_arrays("mnist", str(tmp_path))
+
+
+def test_partial_idx_set(tmp_path):
+    make_idx_dir(tmp_path)
+    (tmp_path / "t10k-labels-idx1-ubyte.gz").unlink()
+    with pytest.raises(DataError, match="not t10k-labels-idx1-ubyte"):
+        load_arrays("mnist", str(tmp_path))
+
+
+def test_npz_missing_arrays_and_garbage(tmp_path):
+    np.savez(tmp_path / "bad.npz", x_train=np.zeros((2, 28, 28), np.uint8))
+    with pytest.raises(DataError, match="lacks the array"):
+        load_arrays("mnist", str(tmp_path / "bad.npz"))
+    (tmp_path / "junk.npz").write_bytes(b"not a zip")
+    with pytest.raises(DataError, match="cannot read .* as a .npz file"):
+        load_arrays("mnist", str(tmp_path / "junk.npz"))
+
+
+def test_corrupt_gzip(tmp_path):
+    make_idx_dir(tmp_path)
+    (tmp_path / "train-images-idx3-ubyte.gz").write_bytes(b"\x1f\x8b broken")
+    with pytest.raises(DataError, match="cannot read IDX file"):
+        load_arrays("mnist", str(tmp_path))
