@@ -57,6 +57,16 @@ def _unknown(key: str, kind: str, name: str, table: dict[str, type]) -> ConfigEr
     )
 
 
+def _resolve(key: str, kind: str, spec: Any, module: Any, base: type) -> tuple[type, dict[str, Any]]:
+    """A spec (name or mapping) -> the Keras class it names, and its arguments."""
+    name, args = _split_spec(spec)
+    table = _catalogue(module, base)
+    cls = table.get(name) or table.get(name.lower())
+    if cls is None:
+        raise _unknown(key, kind, name, table)
+    return cls, args
+
+
 def _construct(key: str, cls: type, args: dict[str, Any]) -> Any:
     try:
         return cls(**args)
@@ -78,11 +88,7 @@ def make_optimizer(spec: Any, lr_scale: float = 1.0) -> tuple[Any, float]:
             learning-rate schedule.
     """
     keras = _keras()
-    name, args = _split_spec(spec)
-    table = _catalogue(keras.optimizers, keras.optimizers.Optimizer)
-    cls = table.get(name) or table.get(name.lower())
-    if cls is None:
-        raise _unknown("model.optimizer", "optimizer", name, table)
+    cls, args = _resolve("model.optimizer", "optimizer", spec, keras.optimizers, keras.optimizers.Optimizer)
     base = args.get("learning_rate")
     if base is None:
         base = inspect.signature(cls).parameters["learning_rate"].default
@@ -114,11 +120,7 @@ def make_loss(spec: Any, per_example: bool = False) -> Any:
         ConfigError: unknown loss or bad arguments.
     """
     keras = _keras()
-    name, args = _split_spec(spec)
-    table = _catalogue(keras.losses, keras.losses.Loss)
-    cls = table.get(name) or table.get(name.lower())
-    if cls is None:
-        raise _unknown("model.loss", "loss", name, table)
+    cls, args = _resolve("model.loss", "loss", spec, keras.losses, keras.losses.Loss)
     if per_example:
         args = {**args, "reduction": None}
     return _construct("model.loss", cls, args)
@@ -136,7 +138,6 @@ def make_metrics(specs: list[Any], loss: Any, prefix: str = "") -> list[Any]:
         ConfigError: unknown metric or bad arguments.
     """
     keras = _keras()
-    table = _catalogue(keras.metrics, keras.metrics.Metric)
     lname = loss_name(loss)
     out = []
     for i, spec in enumerate(specs):
@@ -152,9 +153,7 @@ def make_metrics(specs: list[Any], loss: Any, prefix: str = "") -> list[Any]:
                 cls = keras.metrics.Accuracy
             args = {"name": name, **args}
         else:
-            cls = table.get(name) or table.get(name.lower())
-            if cls is None:
-                raise _unknown(f"model.metrics[{i}]", "metric", name, table)
+            cls, args = _resolve(f"model.metrics[{i}]", "metric", spec, keras.metrics, keras.metrics.Metric)
         metric = _construct(f"model.metrics[{i}]", cls, args)
         if prefix:
             metric = _construct(f"model.metrics[{i}]", cls, {**args, "name": prefix + metric.name})
@@ -211,6 +210,15 @@ def _from_builder(cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: i
     return model
 
 
+def require_model(cfg: ModelConfig) -> None:
+    """Raise :class:`ConfigError` unless the recipe defines a model (imports no Keras)."""
+    if not cfg.defined:
+        raise ConfigError(
+            "model: the recipe defines no model (neither model.layers nor model.builder is set).",
+            "add model.layers (a list of Keras layers) or model.builder ('module:function').",
+        )
+
+
 def build_model(cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int) -> Any:
     """Build the (uncompiled) Keras model; call inside ``strategy.scope()``.
 
@@ -229,11 +237,7 @@ def build_model(cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int
             does not fit the data.
     """
     keras = _keras()
-    if not cfg.defined:
-        raise ConfigError(
-            "model: the recipe defines no model (neither model.layers nor model.builder is set).",
-            "add model.layers (a list of Keras layers) or model.builder ('module:function').",
-        )
+    require_model(cfg)
     if cfg.builder:
         model = _from_builder(cfg, input_shape, num_classes)
     else:
