@@ -83,3 +83,9 @@ def test_unwritable_output_dir(tmp_path):
     result = run_cli("run", RECIPE, "--set", "train.epochs=1", "--output-dir", str(blocker / "runs"))
     assert result.returncode == 8
     assert "cannot create a run directory" in result.stderr
+
+
+def test_recipe_without_a_model_is_a_config_error(tmp_path):
+    result = run_cli("run", RECIPE, "--set", "model.layers=null", "--output-dir", str(tmp_path))
+    assert result.returncode == 3
+    assert "defines no model" in result.stderr and list(tmp_path.iterdir()) == []

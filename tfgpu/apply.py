@@ -16,7 +16,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from .errors import AlreadyInitializedError
+from .errors import AlreadyInitializedError, DeviceError
 from .plan import Plan, TfCall
 
 
@@ -63,7 +63,7 @@ def _device(tf: Any, name: Optional[str]) -> Any:
     kind, index = name.split(":")
     devices = tf.config.list_physical_devices(kind)
     if int(index) >= len(devices):
-        raise AlreadyInitializedError(
+        raise DeviceError(
             f"physical device {name} does not exist; TensorFlow lists {[d.name for d in devices]}.",
             "run 'tfgpu plan' to compare what tfgpu expected with what TensorFlow sees.",
         )

@@ -53,16 +53,15 @@ def run(recipe: Optional[str], overrides: Sequence[str] = (), output_dir: Option
     started = time.perf_counter()
     extra = [f"output.dir={output_dir}"] if output_dir else []
     cfg = config if config is not None else load_config(recipe, overrides=[*overrides, *extra])
-    if not cfg.model.defined:
-        from .model import build_model  # noqa: PLC0415 - raises the ConfigError that explains
-
-        build_model(cfg.model, (), 0)
-
     from . import setup  # noqa: PLC0415
     from .data import load_arrays, make_datasets  # noqa: PLC0415
+    from .model import require_model  # noqa: PLC0415
 
-    arrays = load_arrays(cfg.data.name, cfg.data.path)
+    require_model(cfg.model)
+    # setup() first: the data may come from the Keras download, and nothing may import
+    # TensorFlow before the plan's environment is set.
     info = setup(cfg)
+    arrays = load_arrays(cfg.data.name, cfg.data.path)
     plan = info.plan
     for warning in plan.warnings:
         _say(f"warning: {warning}")
