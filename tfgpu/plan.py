@@ -214,8 +214,8 @@ def _memory_calls(config: Config, gpus: list[GpuInfo], warnings: list[str]) -> l
     return calls
 
 
-def _cross_device_ops(config: Config, kind: str, devices: tuple[str, ...], gpus: list[GpuInfo],
-                      probe: Probe, warnings: list[str]) -> Optional[str]:
+def _cross_device_ops(config: Config, kind: str, devices: tuple[str, ...], probe: Probe,
+                      warnings: list[str]) -> Optional[str]:
     requested = config.distribute.cross_device_ops
     if kind != "mirrored" or len(devices) < 2:
         if requested != "auto":
@@ -248,7 +248,7 @@ def _cross_device_ops(config: Config, kind: str, devices: tuple[str, ...], gpus:
 
 
 def _strategy(config: Config, logical: tuple[str, ...], cpu_count: int, gpu_count: int,
-              gpus: list[GpuInfo], probe: Probe, warnings: list[str]) -> StrategyPlan:
+              probe: Probe, warnings: list[str]) -> StrategyPlan:
     dist = config.distribute
     known = {f"/gpu:{i}" for i in range(gpu_count)} | {f"/cpu:{i}" for i in range(cpu_count)}
     explicit = tuple(normalise_device(d) for d in dist.devices) if dist.devices else None
@@ -277,7 +277,7 @@ def _strategy(config: Config, logical: tuple[str, ...], cpu_count: int, gpu_coun
     devices = explicit or logical
     if kind == "auto":
         kind = "mirrored" if len(devices) > 1 else "one_device"
-    ops = _cross_device_ops(config, kind, devices, gpus, probe, warnings)
+    ops = _cross_device_ops(config, kind, devices, probe, warnings)
     return StrategyPlan(kind, devices, ops)
 
 
@@ -362,7 +362,7 @@ def make_plan(config: Config, probe: Probe) -> Plan:
     gpu_count = len(gpus) * dev.gpu_logical_devices
     cpu_count = dev.cpu_logical_devices
     logical = tuple(f"/gpu:{i}" for i in range(gpu_count)) or tuple(f"/cpu:{i}" for i in range(cpu_count))
-    strategy = _strategy(config, logical, cpu_count, gpu_count, gpus, probe, warnings)
+    strategy = _strategy(config, logical, cpu_count, gpu_count, probe, warnings)
     replicas = max(1, len(strategy.devices))
     per_replica = config.train.batch_size_per_replica
     scale = {"none": 1.0, "linear": float(replicas), "sqrt": math.sqrt(replicas)}[config.train.lr_scaling]

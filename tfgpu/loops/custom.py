@@ -46,7 +46,7 @@ def train_custom(strategy: Any, model: Any, optimizer: Any, loss_fn: Any, metric
 
     dist_train = strategy.experimental_distribute_dataset(train)
     dist_val = strategy.experimental_distribute_dataset(val)
-    scales_loss = hasattr(optimizer, "scale_loss") and isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
+    scales_loss = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
 
     def forward_backward(x: Any, y: Any) -> tuple[Any, Any, Any]:
         with tf.GradientTape() as tape:
