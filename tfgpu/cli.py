@@ -63,9 +63,12 @@ def main() -> None:
     tfgpu run recipes/mnist.yaml                      train a recipe
     tfgpu run recipes/mnist.yaml --set train.loop=custom
     tfgpu plan recipes/mnist.yaml                     show what would be applied
+    tfgpu devices                                     GPUs (NVML) and TensorFlow's devices
+    tfgpu doctor                                      why TensorFlow does not see the GPU
 
     Exit codes: 0 ok, 2 usage, 3 config, 4 device, 5 data, 6 TensorFlow already
-    initialised, 7 training failed, 8 output not writable, 130 interrupted.
+    initialised, 7 training failed, 8 output not writable, 9 doctor found an
+    error, 130 interrupted.
     """
 
 
@@ -81,26 +84,116 @@ def run(recipe: str, overrides: tuple[str, ...], output_dir: str | None) -> None
     run_recipe(recipe, overrides, output_dir)
 
 
+_machine_option = click.option(
+    "--machine", metavar="FILE",
+    help="Plan for the machine described by FILE (written there by 'tfgpu devices --json') instead of this one.",
+)
+
+
 @main.command(context_settings=CONTEXT)
 @click.argument("recipe", type=click.Path(dir_okay=False), required=False)
 @_set_option
-@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
+@_machine_option
+@click.option("--json", "as_json", is_flag=True, help="Print the config and the plan as JSON.")
 @handle_errors
-def plan(recipe: str | None, overrides: tuple[str, ...], as_json: bool) -> None:
+def plan(recipe: str | None, overrides: tuple[str, ...], machine: str | None, as_json: bool) -> None:
     """Show what `run` / tfgpu.setup() would apply for RECIPE, without importing TensorFlow.
 
+    Prints the resolved config's effect: environment variables, tf.config calls in
+    order, the strategy, replicas, per-replica and global batch, and warnings.
     Without RECIPE: the file named by TFGPU_CONFIG, else the defaults.
     """
     from .config import load_config  # noqa: PLC0415
     from .plan import make_plan  # noqa: PLC0415
-    from .probe import probe  # noqa: PLC0415
+    from .probe import load_facts, probe  # noqa: PLC0415
 
     cfg = load_config(recipe, overrides=overrides)
-    result = make_plan(cfg, probe())
+    machine_probe = load_facts(machine).machine if machine else probe()
+    result = make_plan(cfg, machine_probe)
     if as_json:
-        click.echo(json.dumps({"config": cfg.to_dict(), "plan": result.to_dict()}, indent=2, default=str))
+        click.echo(json.dumps({"config": cfg.to_dict(), "machine": machine_probe.to_dict(), "plan": result.to_dict()},
+                              indent=2, default=str))
+        return
+    if machine:
+        click.echo(f"Machine: {machine}")
+    elif machine_probe.nvml_error:
+        click.echo(f"NVML: {machine_probe.nvml_error} (planning for the CPU; 'tfgpu doctor' explains)")
+    click.echo(result.describe())
+
+
+@main.command(context_settings=CONTEXT)
+@click.argument("recipe", type=click.Path(dir_okay=False), required=False)
+@_set_option
+@click.option("--json", "as_json", is_flag=True, help="Print the facts as JSON (input for 'plan --machine').")
+@click.option("--no-tensorflow", is_flag=True, help="Only NVML: do not start TensorFlow (instant).")
+@handle_errors
+def devices(recipe: str | None, overrides: tuple[str, ...], as_json: bool, no_tensorflow: bool) -> None:
+    """List the GPUs (NVML: index, name, UUID, used/total MiB, compute capability,
+    driver and its CUDA version) and TensorFlow's physical and logical devices.
+
+    NVML is read without TensorFlow; TensorFlow is started in a child process, so
+    this works with no GPU and with a TensorFlow that cannot start. With RECIPE
+    (or --set), its device settings are applied first, so the logical devices
+    show its splits.
+    """
+    from .config import load_config  # noqa: PLC0415
+    from .doctor import describe_facts  # noqa: PLC0415
+    from .probe import Facts, probe, probe_packages, probe_tensorflow  # noqa: PLC0415
+
+    config = load_config(recipe, overrides=overrides).to_dict() if (recipe or overrides) else None
+    facts = Facts(machine=probe(), packages=probe_packages(),
+                  tensorflow=None if no_tensorflow else probe_tensorflow(config))
+    if as_json:
+        click.echo(json.dumps(facts.to_dict(), indent=2, default=str))
     else:
-        click.echo(result.describe())
+        click.echo(describe_facts(facts))
+
+
+@main.command(context_settings=CONTEXT)
+@click.argument("recipe", type=click.Path(dir_okay=False), required=False)
+@_set_option
+@click.option("--json", "as_json", is_flag=True, help="Print the findings and the facts as JSON.")
+@click.option("--quiet", "-q", is_flag=True, help="Print only errors (for health checks).")
+@click.option("--strict", is_flag=True, help="Exit 9 on warnings too.")
+@click.option("--facts", "facts_file", metavar="FILE",
+              help="Diagnose the facts in FILE (from 'tfgpu doctor --json' or 'tfgpu devices --json') "
+                   "instead of this machine.")
+@click.option("--no-tensorflow", is_flag=True, help="Do not start TensorFlow (skips the TensorFlow checks).")
+@handle_errors
+def doctor(recipe: str | None, overrides: tuple[str, ...], as_json: bool, quiet: bool, strict: bool,
+           facts_file: str | None, no_tensorflow: bool) -> None:
+    """Find out why TensorFlow does not see or use the GPU, and how to fix it.
+
+    Checks the platform, the NVIDIA driver and NVML, CUDA_VISIBLE_DEVICES, the
+    TensorFlow packages and build, each CUDA/cuDNN library TensorFlow loads, the
+    driver's CUDA version, each GPU's compute capability, what TensorFlow sees,
+    memory in use, and the tfgpu config (RECIPE, else TFGPU_CONFIG, else the
+    defaults) against the GPUs. Exits 9 when it finds an error.
+    """
+    from .config import load_config  # noqa: PLC0415
+    from .doctor import Finding, diagnose, report  # noqa: PLC0415
+    from .errors import ConfigError  # noqa: PLC0415
+    from .probe import gather_facts, load_facts  # noqa: PLC0415
+
+    findings_pre: list = []
+    try:
+        config = load_config(recipe, overrides=overrides)
+    except ConfigError as exc:
+        config = None
+        findings_pre.append(Finding("config", "error", "tfgpu config", exc.message, exc.hint))
+    facts = load_facts(facts_file, "--facts") if facts_file else gather_facts(tensorflow=not no_tensorflow)
+    findings = diagnose(facts, config) + findings_pre
+    errors = sum(f.level == "error" for f in findings)
+    warnings = sum(f.level == "warning" for f in findings)
+    if as_json:
+        click.echo(json.dumps({"errors": errors, "warnings": warnings, "findings": [f.to_dict() for f in findings],
+                               "facts": facts.to_dict()}, indent=2, default=str))
+    else:
+        text = report(findings, quiet=quiet)
+        if text:
+            click.echo(text)
+    if errors or (strict and warnings):
+        sys.exit(9)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -19,6 +19,7 @@ Exit codes (also in the README):
 6     :class:`AlreadyInitializedError`: TensorFlow was initialised first
 7     :class:`TrainingError`: the model or the training failed
 8     :class:`OutputError`: the run directory cannot be written
+9     ``tfgpu doctor`` found at least one error (``--strict``: or a warning)
 130   :class:`Interrupted`: Ctrl-C; the run directory is kept
 ====  =====================================================================
 """

@@ -1,0 +1,560 @@
+"""``tfgpu doctor``: the "why does TensorFlow not see my GPU?" checklist, as code.
+
+Every check is a pure function of probed :class:`~tfgpu.probe.Facts` (and the
+active config): it returns :class:`Finding` objects, each with a level
+(``ok`` / ``warning`` / ``error``), what was seen and the fix. The facts come
+from :func:`tfgpu.probe.gather_facts` on the real machine, or from a JSON file
+written by ``tfgpu doctor --json`` / ``tfgpu devices --json`` on another one
+(``tfgpu doctor --facts FILE``), which is also how every branch is tested
+without a GPU.
+
+Nothing here imports TensorFlow: TensorFlow is examined in a child process by
+the probe.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Optional
+
+from .config import Config
+from .errors import TfgpuError
+from .probe import Facts, GpuInfo, Library, cuda_visible
+
+LEVELS = ("ok", "warning", "error")
+
+#: What the TensorFlow pip wheel for Linux is built for, when TensorFlow itself
+#: could not be asked (``tf.sysconfig.get_build_info()`` of 2.21.0).
+DEFAULT_BUILD = {
+    "is_cuda_build": True,
+    "cuda_version": "12.5.1",
+    "cudnn_version": "9",
+    "cuda_compute_capabilities": ["sm_60", "sm_70", "sm_80", "sm_89", "compute_90"],
+}
+
+#: The oldest Linux driver for CUDA 12.x (minor-version compatibility), and the
+#: driver that CUDA 12.5, TensorFlow 2.21's CUDA, ships with
+#: (https://docs.nvidia.com/cuda/cuda-toolkit-release-notes/, table 3).
+MIN_DRIVER_CUDA12 = "525.60.13"
+DRIVER_CUDA_12_5 = "555.42.06"
+
+INSTALL = "pip install 'tensorflow[and-cuda]'"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One line of the doctor's report.
+
+    Attributes:
+        check: a stable id, e.g. ``"cuda-libraries"``.
+        level: ``"ok"``, ``"warning"`` or ``"error"``.
+        title: what was checked, e.g. ``"CUDA libraries"``.
+        seen: what was found, with the values.
+        fix: what to do (empty for ``ok``).
+    """
+
+    check: str
+    level: str
+    title: str
+    seen: str
+    fix: str = ""
+
+    def to_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+
+def _version_tuple(text: Optional[str]) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", text or "")[:3])
+
+
+def _gpu_list(gpus: tuple[GpuInfo, ...]) -> str:
+    return ", ".join(f"{g.index}: {g.name}" for g in gpus)
+
+
+def _build(facts: Facts) -> tuple[dict[str, Any], str]:
+    """TensorFlow's build info, and where it came from."""
+    tf = facts.tensorflow
+    if tf is not None and tf.build_info:
+        return tf.build_info, f"TensorFlow {tf.version}"
+    return DEFAULT_BUILD, "the TensorFlow 2.21 Linux wheel (TensorFlow itself was not examined)"
+
+
+def _tf_gpu_count(facts: Facts) -> Optional[int]:
+    tf = facts.tensorflow
+    if tf is None or tf.version is None:
+        return None
+    return len(tf.devices_of("GPU"))
+
+
+def _visible_gpus(facts: Facts) -> tuple[GpuInfo, ...]:
+    m = facts.machine
+    return tuple(cuda_visible(m.nvml_gpus, m.env.get("CUDA_VISIBLE_DEVICES"))) if m.nvml_gpus else m.gpus
+
+
+# ---------------------------------------------------------------- the checks
+
+
+def check_platform(facts: Facts, config: Optional[Config]) -> list[Finding]:
+    """Native Windows and macOS have no CUDA TensorFlow; WSL2 and Linux do."""
+    m = facts.machine
+    tf_version = facts.packages.get("tensorflow") or (facts.tensorflow.version if facts.tensorflow else None)
+    if m.platform == "win32":
+        if tf_version and _version_tuple(tf_version) < (2, 11):
+            return [Finding("platform", "warning", "Platform",
+                            f"native Windows with TensorFlow {tf_version}: the last line with GPU support there",
+                            "TensorFlow 2.10 needs CUDA 11.2 and cuDNN 8.1 installed system-wide; for current "
+                            f"TensorFlow use WSL2 and {INSTALL} inside it.")]
+        return [Finding("platform", "error", "Platform",
+                        f"native Windows{f' with TensorFlow {tf_version}' if tf_version else ''}: TensorFlow "
+                        "2.11 and later has no GPU support on native Windows",
+                        f"use WSL2 (Ubuntu) and {INSTALL} inside it, or a Linux Docker container with --gpus all.")]
+    if m.platform == "darwin":
+        return [Finding("platform", "warning", "Platform",
+                        "macOS: there is no CUDA TensorFlow for macOS; NVIDIA GPUs cannot be used",
+                        "on Apple silicon, pip install tensorflow-metal gives TensorFlow a 'GPU' device.")]
+    where = "Linux" + (" under WSL2" if m.wsl else "") + (" in a container" if m.in_container else "")
+    return [Finding("platform", "ok", "Platform", where)]
+
+
+def check_driver(facts: Facts, config: Optional[Config]) -> list[Finding]:
+    """NVIDIA driver present? GPUs listed by NVML (and nvidia-smi on PATH)?"""
+    m = facts.machine
+    if m.platform == "darwin":
+        return []
+    smi = f"nvidia-smi at {m.nvidia_smi}" if m.nvidia_smi else "nvidia-smi not on PATH"
+    if m.nvml_gpus:
+        seen = (f"driver {m.driver_version or '?'} (supports CUDA {m.cuda_driver_version or '?'}); NVML lists "
+                f"{len(m.nvml_gpus)} GPU(s): {_gpu_list(m.nvml_gpus)}; {smi}")
+        return [Finding("driver", "ok", "NVIDIA driver and GPUs", seen)]
+    if m.nvml_error and "not installed" in m.nvml_error:
+        return [Finding("driver", "warning", "NVIDIA driver and GPUs",
+                        f"{m.nvml_error}; {smi}; tfgpu cannot list GPUs or their memory without it",
+                        "pip install nvidia-ml-py (a tfgpu dependency: reinstall tfgpu).")]
+    reason = m.nvml_error or "NVML lists no GPU"
+    container_env = m.env.get("NVIDIA_VISIBLE_DEVICES")
+    if m.in_container and not m.device_nodes:
+        if container_env in ("none", "void", ""):
+            fix = (f"NVIDIA_VISIBLE_DEVICES={container_env!r} hides every GPU from this container; start it "
+                   "with --gpus all (or NVIDIA_VISIBLE_DEVICES=all with the NVIDIA runtime).")
+        else:
+            fix = ("start the container with GPUs: docker run --gpus all ... (the host needs the NVIDIA "
+                   "driver and the NVIDIA Container Toolkit; check there with nvidia-smi).")
+        level = "error" if container_env is not None else "warning"
+        return [Finding("driver", level, "NVIDIA driver and GPUs",
+                        f"{reason}; this is a container with no /dev/nvidia* device files"
+                        + (f" (NVIDIA_VISIBLE_DEVICES={container_env})" if container_env is not None else ""),
+                        fix)]
+    if m.device_nodes or m.nvidia_smi:
+        found = ", ".join(m.device_nodes[:4]) if m.device_nodes else smi
+        return [Finding("driver", "error", "NVIDIA driver and GPUs",
+                        f"{reason}, yet NVIDIA hardware or tools are present ({found})",
+                        "the driver's user-space libraries do not match the kernel module, or are missing: run "
+                        "nvidia-smi; if it fails with 'Driver/library version mismatch', reboot (or reload the "
+                        "nvidia kernel module) after the driver update; in a container use --gpus all.")]
+    return [Finding("driver", "warning", "NVIDIA driver and GPUs",
+                    f"{reason}; no /dev/nvidia* device files and {smi}: this machine shows no NVIDIA GPU, so "
+                    "TensorFlow will run on the CPU",
+                    "if it has a GPU, install the NVIDIA driver (e.g. ubuntu-drivers install) and check with "
+                    "nvidia-smi.")]
+
+
+def check_visible_devices(facts: Facts, config: Optional[Config]) -> list[Finding]:
+    """``CUDA_VISIBLE_DEVICES`` hiding GPUs (empty, ``-1``, or an entry that names no GPU)."""
+    m = facts.machine
+    value = m.env.get("CUDA_VISIBLE_DEVICES")
+    if value is None:
+        return []
+    title = "CUDA_VISIBLE_DEVICES"
+    if not m.nvml_gpus:
+        return [Finding("cuda-visible-devices", "ok", title, f"CUDA_VISIBLE_DEVICES={value!r} (no GPU listed to filter)")]
+    visible = cuda_visible(m.nvml_gpus, value)
+    if not visible:
+        why = "hides every GPU" if value.strip() in ("", "-1") else "names no GPU CUDA can find first"
+        return [Finding("cuda-visible-devices", "error", title,
+                        f"CUDA_VISIBLE_DEVICES={value!r} {why}; NVML lists {len(m.nvml_gpus)} GPU(s): "
+                        f"{_gpu_list(m.nvml_gpus)}",
+                        "unset CUDA_VISIBLE_DEVICES (or set it to indices such as 0,1) and choose GPUs with "
+                        "devices.visible_gpus in the tfgpu config instead.")]
+    entries = [e.strip() for e in value.split(",") if e.strip()]
+    if len(visible) < len(entries):
+        return [Finding("cuda-visible-devices", "warning", title,
+                        f"CUDA_VISIBLE_DEVICES={value!r}: CUDA stops at the first entry that names no GPU, so "
+                        f"only {len(visible)} of the {len(entries)} listed are visible "
+                        f"({', '.join(str(g.nvml_index) for g in visible)})",
+                        f"use NVML indices 0-{len(m.nvml_gpus) - 1} or GPU UUIDs (nvidia-smi -L), each once.")]
+    return [Finding("cuda-visible-devices", "ok", title,
+                    f"CUDA_VISIBLE_DEVICES={value!r}: {len(visible)} of {len(m.nvml_gpus)} GPU(s) visible, "
+                    f"renumbered from 0 ({', '.join(f'NVML {g.nvml_index} -> GPU:{g.index}' for g in visible)})")]
+
+
+def check_packages(facts: Facts, config: Optional[Config]) -> list[Finding]:
+    """TensorFlow installed? The CPU-only package where a GPU is present? The old ``tensorflow-gpu``?"""
+    p = facts.packages
+    has_gpu = bool(facts.machine.nvml_gpus)
+    out = []
+    tf_dists = [d for d in ("tensorflow", "tensorflow-cpu", "tensorflow-intel", "tf-nightly", "tf-nightly-cpu",
+                            "tensorflow-macos") if d in p]
+    if "tensorflow-gpu" in p:
+        out.append(Finding("tensorflow-gpu", "error", "Old tensorflow-gpu package",
+                           f"tensorflow-gpu {p['tensorflow-gpu']} is installed: that package stopped at 2.12 "
+                           "(later versions only fail to install), and it shares the 'tensorflow' module with "
+                           "the current package, so files of the two versions mix",
+                           f"pip uninstall -y tensorflow-gpu tensorflow && {INSTALL} (GPU support is in "
+                           "'tensorflow' itself since 2.1)."))
+    if not tf_dists and "tensorflow-gpu" not in p:
+        out.append(Finding("tensorflow-installed", "error", "TensorFlow installed",
+                           "no TensorFlow package is installed in this Python environment",
+                           f"{INSTALL} (Linux/WSL2), or pip install tensorflow elsewhere."))
+        return out
+    if len(tf_dists) > 1:
+        out.append(Finding("tensorflow-installed", "warning", "TensorFlow installed",
+                           "several TensorFlow packages are installed ("
+                           + ", ".join(f"{d} {p[d]}" for d in tf_dists) + "); they overwrite each other's files",
+                           f"pip uninstall -y {' '.join(tf_dists)} && {INSTALL}"))
+    elif tf_dists:
+        out.append(Finding("tensorflow-installed", "ok", "TensorFlow installed", f"{tf_dists[0]} {p[tf_dists[0]]}"))
+    if "tensorflow-cpu" in p and has_gpu:
+        out.append(Finding("tensorflow-cpu", "error", "CPU-only TensorFlow package",
+                           f"tensorflow-cpu {p['tensorflow-cpu']} is installed, which never uses a GPU, and this "
+                           f"machine has {len(facts.machine.nvml_gpus)}",
+                           f"pip uninstall -y tensorflow-cpu && {INSTALL}"))
+    keras = p.get("keras")
+    tf_version = p.get("tensorflow") or p.get("tensorflow-cpu")
+    if keras and tf_version and _version_tuple(tf_version) >= (2, 16) and _version_tuple(keras) < (3,):
+        out.append(Finding("keras", "error", "Keras version",
+                           f"keras {keras} with TensorFlow {tf_version}: TensorFlow 2.16+ needs Keras 3",
+                           "pip install -U 'keras>=3'"))
+    return out
+
+
+def check_tensorflow(facts: Facts, config: Optional[Config]) -> list[Finding]:
+    """TensorFlow imports, its version, and whether it is a CUDA build."""
+    tf = facts.tensorflow
+    if tf is None:
+        return []
+    if tf.version is None:
+        error = tf.import_error or "unknown error"
+        fix = f"reinstall in a fresh virtual environment: python -m venv .venv && .venv/bin/{INSTALL}"
+        if "illegal instruction" in error.lower() or "crash" in error.lower():
+            fix = ("TensorFlow's wheels need a CPU with AVX; on older CPUs build TensorFlow from source, or "
+                   "use a newer machine. Also: " + fix)
+        return [Finding("tensorflow-import", "error", "TensorFlow starts", f"import tensorflow failed: {error}", fix)]
+    build = tf.build_info
+    if build.get("is_cuda_build"):
+        caps = ", ".join(build.get("cuda_compute_capabilities") or [])
+        seen = (f"TensorFlow {tf.version} (Keras {tf.keras_version}), a CUDA build: CUDA "
+                f"{build.get('cuda_version')}, cuDNN {build.get('cudnn_version')}, compute capabilities {caps}")
+        return [Finding("tensorflow-build", "ok", "TensorFlow build", seen)]
+    if build.get("is_rocm_build"):
+        return [Finding("tensorflow-build", "warning", "TensorFlow build",
+                        f"TensorFlow {tf.version} is a ROCm (AMD) build; it cannot use NVIDIA GPUs",
+                        f"for NVIDIA GPUs: pip uninstall tensorflow-rocm && {INSTALL}")]
+    level = "error" if facts.machine.nvml_gpus else "warning"
+    return [Finding("tensorflow-build", level, "TensorFlow build",
+                    f"TensorFlow {tf.version} is a CPU-only build (tf.sysconfig.get_build_info() has no CUDA)",
+                    f"pip uninstall -y tensorflow tensorflow-cpu && {INSTALL} (Linux/WSL2 only).")]
+
+
+def _missing_libraries(facts: Facts) -> list[Library]:
+    return [lib for lib in facts.libraries if lib.path is None]
+
+
+def check_libraries(facts: Facts, config: Optional[Config]) -> list[Finding]:
+    """Each CUDA/cuDNN library TensorFlow needs, found by trying to load it."""
+    m = facts.machine
+    if not m.nvml_gpus or not facts.libraries:
+        return []
+    missing = _missing_libraries(facts)
+    if not missing:
+        return [Finding("cuda-libraries", "ok", "CUDA libraries",
+                        f"all {len(facts.libraries)} load: " + ", ".join(lib.name for lib in facts.libraries))]
+    driver = [lib for lib in missing if lib.name.startswith("libcuda.so")]
+    wheels = sorted({lib.package for lib in missing if lib.package})
+    names = "; ".join(f"{lib.name} ({lib.role}{', pip ' + lib.package if lib.package else ''}): "
+                      f"{lib.error or 'not found'}" for lib in missing)
+    fix = []
+    if wheels:
+        version = facts.packages.get("tensorflow") or (facts.tensorflow.version if facts.tensorflow else None)
+        pin = f"=={version}" if version else ""
+        fix.append(f"install the CUDA libraries TensorFlow was built with: pip install 'tensorflow[and-cuda]{pin}' "
+                   f"(provides {', '.join(wheels)}); with a system CUDA instead, add its lib64 folder to "
+                   "LD_LIBRARY_PATH")
+    if driver:
+        fix.append("libcuda.so.1 comes with the NVIDIA driver, not with pip: reinstall the driver, or in a "
+                   "container start it with --gpus all so the NVIDIA Container Toolkit mounts it")
+    return [Finding("cuda-libraries", "error", "CUDA libraries",
+                    f"{len(missing)} of {len(facts.libraries)} cannot be loaded: {names}", "; ".join(fix) + ".")]
+
+
+def check_driver_cuda(facts: Facts, config: Optional[Config]) -> list[Finding]:
+    """A driver too old for the CUDA TensorFlow was built with."""
+    m = facts.machine
+    build, source = _build(facts)
+    if not m.nvml_gpus or not m.cuda_driver_version or not build.get("is_cuda_build"):
+        return []
+    need = _version_tuple(build.get("cuda_version"))[:2]
+    have = _version_tuple(m.cuda_driver_version)[:2]
+    title = "Driver and CUDA version"
+    seen = (f"driver {m.driver_version} supports CUDA up to {m.cuda_driver_version}; {source} uses CUDA "
+            f"{build.get('cuda_version')}")
+    if not need or not have:
+        return []
+    if have[0] < need[0]:
+        return [Finding("driver-cuda", "error", title, seen + ": the driver is too old for it",
+                        f"update the NVIDIA driver to {DRIVER_CUDA_12_5} or newer (at least {MIN_DRIVER_CUDA12} "
+                        f"for any CUDA {need[0]}.x), or use a TensorFlow built for CUDA {have[0]}.")]
+    if have < need:
+        return [Finding("driver-cuda", "warning", title,
+                        seen + ": it runs through CUDA minor-version compatibility, but kernels shipped as PTX "
+                        "cannot be compiled by this driver (CUDA_ERROR_UNSUPPORTED_PTX_VERSION)",
+                        f"update the NVIDIA driver to {DRIVER_CUDA_12_5} or newer.")]
+    return [Finding("driver-cuda", "ok", title, seen)]
+
+
+def _capabilities(build: dict[str, Any]) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    sass, ptx = [], []
+    for entry in build.get("cuda_compute_capabilities") or []:
+        kind, _, digits = str(entry).partition("_")
+        if len(digits) >= 2 and digits[:-1].isdigit() and digits[-1].isdigit():
+            pair = (int(digits[:-1]), int(digits[-1]))
+            (sass if kind == "sm" else ptx).append(pair)
+    return sass, ptx
+
+
+def check_compute_capability(facts: Facts, config: Optional[Config]) -> list[Finding]:
+    """Each GPU's compute capability against those TensorFlow's kernels are built for."""
+    build, source = _build(facts)
+    sass, ptx = _capabilities(build)
+    if not sass and not ptx:
+        return []
+    built = ", ".join(build.get("cuda_compute_capabilities") or [])
+    out = []
+    for gpu in facts.machine.nvml_gpus:
+        if not gpu.compute_capability:
+            continue
+        cc = tuple(_version_tuple(gpu.compute_capability)[:2])
+        title = f"GPU {gpu.nvml_index} compute capability"
+        seen = f"{gpu.name} has compute capability {gpu.compute_capability}; {source} has kernels for {built}"
+        if any(major == cc[0] and minor <= cc[1] for major, minor in sass):
+            out.append(Finding("compute-capability", "ok", title, seen))
+        elif any(p <= cc for p in ptx):
+            out.append(Finding("compute-capability", "warning", title,
+                               seen + ": no native kernels, so CUDA compiles PTX for it when TensorFlow starts "
+                               "(minutes, the first time)",
+                               "keep the compiled kernels: export CUDA_CACHE_MAXSIZE=4294967296; a newer "
+                               "TensorFlow may ship native kernels for this GPU."))
+        else:
+            lowest = min(sass + ptx)
+            out.append(Finding("compute-capability", "error", title,
+                               seen + f": TensorFlow cannot run on GPUs below compute capability "
+                               f"{lowest[0]}.{lowest[1]}, so it skips this one",
+                               "use a newer GPU, or build TensorFlow from source with "
+                               f"TF_CUDA_COMPUTE_CAPABILITIES={gpu.compute_capability}."))
+    return out
+
+
+#: TensorFlow start-up log lines worth quoting (what each means is in the finding).
+_LOG_PATTERNS = (
+    "Cannot dlopen some GPU libraries", "Could not load dynamic library", "Could not find cuda drivers",
+    "failed call to cuInit", "CUDA_ERROR", "driver version is insufficient", "Ignoring visible gpu device",
+    "cuDNN version", "Loaded runtime CuDNN library",
+)
+
+
+def _log_evidence(facts: Facts) -> list[str]:
+    tf = facts.tensorflow
+    lines = []
+    for line in (tf.log if tf else "").splitlines():
+        if any(p in line for p in _LOG_PATTERNS):
+            text = re.sub(r"^[IWEF]\d{4} [\d:.]+\s+\d+ [\w.]+:\d+\] ", "", line.strip())
+            if text not in lines:
+                lines.append(text)
+    return lines[:6]
+
+
+def check_tensorflow_sees_gpus(facts: Facts, config: Optional[Config]) -> list[Finding]:
+    """GPUs visible to the driver but not to TensorFlow, and the causes found."""
+    m = facts.machine
+    tf_count = _tf_gpu_count(facts)
+    if tf_count is None:
+        return []
+    title = "TensorFlow sees the GPUs"
+    visible = _visible_gpus(facts)
+    tf = facts.tensorflow
+    assert tf is not None
+    if not m.nvml_gpus:
+        if tf_count:
+            return [Finding("tensorflow-gpus", "warning", title,
+                            f"TensorFlow lists {tf_count} GPU(s) but NVML cannot ({m.nvml_error}); tfgpu cannot "
+                            "read their memory, so devices.memory_fraction cannot be used",
+                            "pip install nvidia-ml-py, or use devices.memory_limit_mib.")]
+        return [Finding("tensorflow-gpus", "ok", title,
+                        "no GPU on this machine; TensorFlow uses " + ", ".join(tf.devices_of("CPU")))]
+    if tf_count >= len(visible) and visible:
+        details = "; ".join(
+            f"{name}: {d.get('device_name', '?')} (compute capability "
+            f"{'.'.join(str(x) for x in d.get('compute_capability', ())) or '?'})"
+            for name, d in zip(tf.devices_of("GPU"), tf.gpu_details or [{}] * tf_count)
+        )
+        return [Finding("tensorflow-gpus", "ok", title, f"{tf_count} of {len(visible)} visible GPU(s): {details}")]
+    causes = []
+    value = m.env.get("CUDA_VISIBLE_DEVICES")
+    if not visible:
+        causes.append(f"CUDA_VISIBLE_DEVICES={value!r} hides them")
+    if tf.devices_of("XLA_GPU") and not tf_count:
+        causes.append("TensorFlow lists only XLA_GPU devices: its GPU runtime did not register (an old "
+                      "TensorFlow, or CUDA libraries it could not load); XLA_GPU devices cannot run ordinary ops")
+    if not tf.build_info.get("is_cuda_build"):
+        causes.append("this TensorFlow is not a CUDA build")
+    missing = _missing_libraries(facts)
+    if missing:
+        causes.append("CUDA libraries cannot be loaded: " + ", ".join(lib.name for lib in missing))
+    need = _version_tuple(tf.build_info.get("cuda_version"))[:1]
+    if m.cuda_driver_version and need and _version_tuple(m.cuda_driver_version)[:1] < need:
+        causes.append(f"the driver supports CUDA {m.cuda_driver_version} only")
+    for f in check_compute_capability(facts, config):
+        if f.level == "error":
+            causes.append(f.seen.split(";")[0] + ", which TensorFlow does not support")
+    if m.platform == "win32":
+        causes.append("native Windows has no GPU TensorFlow since 2.11")
+    evidence = _log_evidence(facts)
+    seen = (f"NVML lists {len(m.nvml_gpus)} GPU(s) ({len(visible)} visible to this process) but TensorFlow "
+            f"{tf.version} lists {tf_count}")
+    seen += ". Causes found: " + "; ".join(causes) if causes else ". No cause found among the checks above"
+    if evidence:
+        seen += ". TensorFlow said: " + " | ".join(evidence)
+    fix = ("fix the errors listed above, then run tfgpu doctor again" if causes else
+           "run with TF_CPP_MIN_LOG_LEVEL=0 python -c \"import tensorflow as tf; "
+           "print(tf.config.list_physical_devices('GPU'))\" and read the first error it prints")
+    return [Finding("tensorflow-gpus", "error", title, seen, fix + ".")]
+
+
+def check_memory_in_use(facts: Facts, config: Optional[Config]) -> list[Finding]:
+    """GPUs whose memory other processes already hold."""
+    out = []
+    for gpu in _visible_gpus(facts):
+        if gpu.used_mib is not None and gpu.total_mib and gpu.used_mib > 0.5 * gpu.total_mib:
+            out.append(Finding("memory-in-use", "warning", f"GPU {gpu.index} memory",
+                               f"{gpu.name}: {gpu.used_mib} of {gpu.total_mib} MiB already in use by other "
+                               "processes; TensorFlow gets the rest",
+                               "see who holds it with nvidia-smi; pick another GPU with devices.visible_gpus, "
+                               "or cap TensorFlow with devices.memory_limit_mib."))
+    return out
+
+
+def check_config(facts: Facts, config: Optional[Config]) -> list[Finding]:
+    """The active tfgpu config against this machine's GPUs (the same plan ``run`` applies)."""
+    if config is None:
+        return []
+    from .plan import make_plan  # noqa: PLC0415
+
+    title = "tfgpu config on this machine"
+    try:
+        plan = make_plan(config, facts.machine)
+    except TfgpuError as exc:
+        return [Finding("config", "error", title, exc.message, exc.hint)]
+    out = [Finding("config", "warning", title, w, "see 'tfgpu plan' and the README's config reference.")
+           for w in plan.warnings]
+    used = [g for g in plan.gpus if g.used_mib and g.total_mib]
+    for call in plan.tf_calls:
+        if call.api == "tf.config.set_logical_device_configuration" and call.device.startswith("GPU:"):
+            gpu = plan.gpus[int(call.device.split(":")[1])]
+            asked = sum(v for v in call.value if v)
+            if gpu in used and asked > gpu.total_mib - gpu.used_mib:
+                out.append(Finding("config", "warning", title,
+                                   f"{call.setting}: {call.device} is asked for {asked} MiB but only "
+                                   f"{gpu.total_mib - gpu.used_mib} MiB are free now ({gpu.used_mib} MiB used "
+                                   "by other processes)",
+                                   "lower the limit, or free the GPU (nvidia-smi shows who holds it)."))
+    out.append(Finding("config", "ok", title,
+                       f"{plan.strategy.kind} strategy on {', '.join(plan.strategy.devices) or 'the default device'}, "
+                       f"{plan.num_replicas} replica(s), global batch {plan.global_batch_size}"))
+    return out
+
+
+#: Every check, in report order.
+CHECKS: tuple[Callable[[Facts, Optional[Config]], list[Finding]], ...] = (
+    check_platform,
+    check_driver,
+    check_visible_devices,
+    check_packages,
+    check_tensorflow,
+    check_libraries,
+    check_driver_cuda,
+    check_compute_capability,
+    check_tensorflow_sees_gpus,
+    check_memory_in_use,
+    check_config,
+)
+
+
+def diagnose(facts: Facts, config: Optional[Config] = None) -> list[Finding]:
+    """Run every check in :data:`CHECKS` on ``facts``.
+
+    Args:
+        facts: from :func:`tfgpu.probe.gather_facts` or :meth:`Facts.from_dict`.
+        config: the tfgpu config to check against the hardware, or ``None``.
+
+    Returns:
+        The findings, in report order. Pure: reads its arguments only.
+    """
+    findings: list[Finding] = []
+    for check in CHECKS:
+        findings += check(facts, config)
+    return findings
+
+
+def report(findings: list[Finding], quiet: bool = False) -> str:
+    """The findings as the text ``tfgpu doctor`` prints (``quiet``: errors only)."""
+    errors = sum(f.level == "error" for f in findings)
+    warnings = sum(f.level == "warning" for f in findings)
+    lines = []
+    for f in findings:
+        if quiet and f.level != "error":
+            continue
+        lines.append(f"[{f.level:^7}] {f.title}: {f.seen}")
+        if f.fix:
+            lines.append(f"          fix: {f.fix}")
+    verdict = (f"{errors} error(s), {warnings} warning(s)" if errors or warnings else "no problems found")
+    if not quiet or errors:
+        lines.append(f"tfgpu doctor: {verdict}.")
+    return "\n".join(lines)
+
+
+def describe_facts(facts: Facts) -> str:
+    """The text ``tfgpu devices`` prints: NVML's GPUs, then TensorFlow's devices."""
+    m = facts.machine
+    lines = []
+    if m.nvml_gpus:
+        lines.append(f"NVIDIA driver {m.driver_version or '?'} (supports CUDA {m.cuda_driver_version or '?'}); "
+                     f"NVML lists {len(m.nvml_gpus)} GPU(s):")
+        rows = [("NVML", "name", "UUID", "used/total MiB", "compute capability")]
+        rows += [(str(g.nvml_index), g.name, g.uuid or "-", f"{g.used_mib if g.used_mib is not None else '?'}/"
+                  f"{g.total_mib if g.total_mib is not None else '?'}", g.compute_capability or "?")
+                 for g in m.nvml_gpus]
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+        lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    else:
+        lines.append(f"NVML: no GPU listed ({m.nvml_error or 'none found'}).")
+    if "CUDA_VISIBLE_DEVICES" in m.env:
+        visible = ", ".join(f"GPU:{g.index} = NVML {g.nvml_index}" for g in m.gpus) or "none"
+        lines.append(f"CUDA_VISIBLE_DEVICES={m.env['CUDA_VISIBLE_DEVICES']!r}: visible to this process: {visible}")
+    tf = facts.tensorflow
+    if tf is None:
+        lines.append("TensorFlow: not examined (--no-tensorflow).")
+    elif tf.version is None:
+        lines.append(f"TensorFlow: cannot start: {tf.import_error}")
+    else:
+        b = tf.build_info
+        build = (f"CUDA build: CUDA {b.get('cuda_version')}, cuDNN {b.get('cudnn_version')}"
+                 if b.get("is_cuda_build") else "CPU-only build")
+        lines.append(f"TensorFlow {tf.version} ({build}), Keras {tf.keras_version}, started in {tf.seconds:.1f} s:")
+        lines.append("  physical devices: " + ", ".join(f"{n} ({t})" for n, t in tf.physical_devices))
+        lines.append("  logical devices:  " + ", ".join(f"{n} ({t})" for n, t in tf.logical_devices))
+        for name, d in zip(tf.devices_of("GPU"), tf.gpu_details):
+            cc = ".".join(str(x) for x in d.get("compute_capability", ()))
+            lines.append(f"  {name}: {d.get('device_name', '?')}, compute capability {cc or '?'}")
+        if tf.setup_error:
+            lines.append(f"  the config could not be applied: {tf.setup_error}")
+    return "\n".join(lines)
