@@ -130,3 +130,32 @@ def test_environment_and_seed_are_applied_before_tensorflow():
     assert draw and draw[0].startswith("DRAW True")
     assert draw == [line for line in second.stdout.splitlines() if line.startswith("DRAW")]
     assert "cuInit" not in first.stderr  # log level 3 hides TensorFlow's errors about the missing driver
+
+
+def test_gpus_listed_by_nvml_but_not_by_tensorflow_fall_back_to_the_cpu():
+    # The probe (the one faked seam) reports two GPUs; the real TensorFlow here has none.
+    code = """
+        import json
+        from tfgpu.apply import apply_config
+        from tfgpu.config import load_config
+        from tfgpu.errors import DeviceError
+        from tfgpu.probe import GpuInfo, Probe
+        fake = Probe(gpus=(GpuInfo(0, "Fake A100", 40960, "GPU-0", 0), GpuInfo(1, "Fake A100", 40960, "GPU-1", 1)))
+        try:
+            plan, applied = apply_config(load_config({"devices": {"cpu_logical_devices": 2, "visible_gpus": VISIBLE}}), fake)
+        except DeviceError as exc:
+            print(json.dumps({"error": exc.message}))
+        else:
+            print(json.dumps({"gpus": len(plan.gpus), "strategy": list(plan.strategy.devices),
+                              "warnings": list(plan.warnings), "imported_before": applied.tf_was_imported,
+                              "logical": list(applied.logical_devices)}))
+    """
+    result = ok(run_python(code.replace("VISIBLE", '"all"')))
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    assert out["gpus"] == 0 and out["strategy"] == ["/cpu:0", "/cpu:1"]
+    assert out["logical"] == ["/device:CPU:0", "/device:CPU:1"]
+    assert any("NVML lists 2 GPU(s) but TensorFlow sees none" in w for w in out["warnings"])
+    assert out["imported_before"] is False
+    # An explicit GPU request cannot silently become the CPU.
+    out = json.loads(ok(run_python(code.replace("VISIBLE", "[1]"))).stdout.strip().splitlines()[-1])
+    assert "NVML lists 2 GPU(s) but TensorFlow sees none" in out["error"] and "GPU index 1" in out["error"]

@@ -89,7 +89,6 @@ def test_resolved_config_round_trips_through_yaml(tmp_path):
         ("devices:\n  visible_gpus: [0, 0]\n", ["'devices.visible_gpus'", "GPU index 0 is listed twice"]),
         ("devices:\n  visible_gpus: [-1]\n", ["'devices.visible_gpus'", "integer >= 0"]),
         ("devices:\n  visible_gpus: some\n", ["'devices.visible_gpus'", '"all", "none" or a list']),
-        ("devices:\n  memory_growth: true\n  memory_limit_mib: 2048\n", ["'devices'", "memory_growth: true together with a memory limit"]),
         ("devices:\n  memory_limit_mib: 1024\n  memory_fraction: 0.5\n", ["both set"]),
         ("devices:\n  gpu_logical_devices: 2\n", ["needs a memory size to split"]),
         ("distribute:\n  cross_device_ops: off\n", ["'distribute.cross_device_ops'", "Received: False (bool)", "YAML reads a bare yes/no/on/off"]),

@@ -207,3 +207,23 @@ def test_real_probe_on_this_machine_reports_why_no_gpu():
     if found.gpus:
         pytest.skip("this machine has GPUs: the no-driver path cannot be observed here")
     assert found.nvml_error and ("NVML" in found.nvml_error or "nvidia-ml-py" in found.nvml_error)
+
+
+def test_growth_and_a_limit_together_apply_the_limit_and_warn():
+    p = plan(1, devices={"memory_growth": True, "memory_limit_mib": 4096})
+    assert [(c.device, c.value) for c in calls(p, "set_logical_device_configuration")] == [("GPU:0", [4096])]
+    assert calls(p, "set_memory_growth") == []
+    assert any("devices.memory_growth: true and devices.memory_limit_mib are both set" in w for w in p.warnings)
+
+
+def test_a_fraction_that_leaves_too_little_warns():
+    p = plan(1, total_mib=8192, devices={"memory_fraction": 0.1})
+    assert [c.value for c in calls(p, "set_logical_device_configuration")] == [[819]]
+    assert any("gets 819 MiB" in w and "out-of-memory" in w for w in p.warnings)
+    assert not plan(1, total_mib=8192, devices={"memory_fraction": 0.5}).warnings
+
+
+def test_a_limit_above_the_free_memory_warns():
+    busy = Probe(gpus=(GpuInfo(0, "Busy GPU", 16384, "GPU-0", 0, used_mib=12000),))
+    p = make_plan(load_config({}, devices={"memory_limit_mib": 8192}), busy)
+    assert any("asked for 8192 MiB but only 4384 MiB were free" in w for w in p.warnings)

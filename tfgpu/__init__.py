@@ -111,33 +111,14 @@ def setup(config: Union[str, "os.PathLike[str]", dict, Config, None] = None, **s
     ``CUDA_VISIBLE_DEVICES`` (respected: indices count the GPUs it lets through).
     """
     global _applied
-    from .apply import apply_plan, gpu_count  # noqa: PLC0415
-    from .plan import make_plan  # noqa: PLC0415
+    from .apply import apply_config  # noqa: PLC0415
     from .probe import probe  # noqa: PLC0415
     from .strategy import build_strategy  # noqa: PLC0415
 
     cfg = load_config(config, **sections)
     if _applied is not None and _applied[0] == cfg:
         return _applied[1]
-    machine = probe()
-    plan = make_plan(cfg, machine)
-    if plan.gpus and _applied is None:
-        # NVML lists GPUs; if TensorFlow (after the environment is set) sees none,
-        # plan for the CPU instead and say why.
-        from .apply import set_environment  # noqa: PLC0415
-
-        set_environment(plan.env)
-        if gpu_count() == 0:
-            import dataclasses  # noqa: PLC0415
-
-            plan = make_plan(cfg, dataclasses.replace(machine, gpus=()))
-            plan = dataclasses.replace(
-                plan,
-                warnings=plan.warnings + (
-                    f"NVML lists {len(machine.gpus)} GPU(s) but TensorFlow sees none (a CPU-only "
-                    "TensorFlow, or CUDA libraries it cannot load); running on the CPU",),
-            )
-    applied = apply_plan(plan)
+    plan, applied = apply_config(cfg, probe())
     strategy = build_strategy(plan.strategy)
     result = Setup(
         config=cfg,

@@ -11,13 +11,15 @@ such settings are reported together in one
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from .errors import AlreadyInitializedError, DeviceError
-from .plan import Plan, TfCall
+from .plan import Plan, TfCall, make_plan
+from .probe import GpuInfo, Probe
 
 
 @dataclass(frozen=True)
@@ -125,11 +127,64 @@ def _keras() -> Any:
     return keras
 
 
-def apply_plan(plan: Plan) -> Applied:
+def _tensorflow_gpus(tf: Any) -> tuple[GpuInfo, ...]:
+    """The GPUs TensorFlow lists (names from ``get_device_details``; no memory totals)."""
+    gpus = []
+    for i, device in enumerate(tf.config.list_physical_devices("GPU")):
+        details = tf.config.experimental.get_device_details(device)
+        capability = details.get("compute_capability")
+        gpus.append(GpuInfo(i, details.get("device_name", "GPU"),
+                            compute_capability=".".join(str(x) for x in capability) if capability else None))
+    return tuple(gpus)
+
+
+def apply_config(config: Any, machine: Probe) -> tuple[Plan, Applied]:
+    """Plan ``config`` for ``machine``, reconcile with the GPUs TensorFlow lists, and apply.
+
+    NVML and TensorFlow can disagree: NVML lists GPUs that a CPU-only
+    TensorFlow (or one missing CUDA libraries) cannot use, or NVML cannot be
+    read while TensorFlow sees GPUs. Before anything is initialised, the plan's
+    environment is set and TensorFlow's physical GPUs are listed (listing does
+    not initialise them); on disagreement the plan is remade for what
+    TensorFlow will use, with a warning saying why.
+
+    Returns:
+        The plan applied, and :class:`Applied`.
+
+    Raises:
+        DeviceError: a request neither NVML's nor TensorFlow's GPUs can meet.
+        AlreadyInitializedError: see :func:`apply_plan`.
+    """
+    tf_was_imported = "tensorflow" in sys.modules
+    plan = make_plan(config, machine)
+    if not tf_was_imported:
+        set_environment(plan.env)
+        tf = import_tensorflow()
+        seen = _tensorflow_gpus(tf)
+        if plan.gpus and not seen:
+            why = (f"NVML lists {len(machine.gpus)} GPU(s) but TensorFlow sees none (a CPU-only TensorFlow, or "
+                   "CUDA libraries it cannot load)")
+            try:
+                plan = make_plan(config, dataclasses.replace(machine, gpus=()))
+            except DeviceError as exc:
+                raise DeviceError(f"{why}, so {exc.message}", "run 'tfgpu doctor' to find out why.") from None
+            plan = dataclasses.replace(plan, warnings=plan.warnings + (
+                f"{why}; running on the CPU ('tfgpu doctor' says why)",))
+        elif not plan.gpus and seen and machine.nvml_error and config.devices.visible_gpus == "all":
+            plan = make_plan(config, dataclasses.replace(machine, gpus=seen))
+            plan = dataclasses.replace(plan, warnings=plan.warnings + (
+                f"NVML could not be read ({machine.nvml_error}) but TensorFlow sees {len(seen)} GPU(s); planned "
+                "for those, without their memory totals",))
+    return plan, apply_plan(plan, tf_was_imported)
+
+
+def apply_plan(plan: Plan, tf_was_imported: Optional[bool] = None) -> Applied:
     """Set the environment, import TensorFlow and make the plan's calls.
 
     Args:
         plan: from :func:`tfgpu.plan.make_plan`.
+        tf_was_imported: whether TensorFlow was imported before tfgpu began
+            (default: whether it is imported now).
 
     Returns:
         :class:`Applied`: the physical and logical devices TensorFlow reports.
@@ -141,7 +196,8 @@ def apply_plan(plan: Plan) -> Applied:
 
     Wraps: https://www.tensorflow.org/api_docs/python/tf/config
     """
-    tf_was_imported = "tensorflow" in sys.modules
+    if tf_was_imported is None:
+        tf_was_imported = "tensorflow" in sys.modules
     previous = set_environment(plan.env)
     tf = import_tensorflow()
     conflicts: list[tuple[str, str, str]] = []

@@ -103,19 +103,6 @@ class DevicesConfig(_Section):
                 "a limit in MiB, or a fraction of each GPU's total memory"
             )
         limited = self.memory_limit_mib is not None or self.memory_fraction is not None
-        if self.memory_growth and limited:
-            raise ValueError(
-                "memory_growth: true together with a memory limit: TensorFlow cannot grow a GPU's "
-                "memory on demand and cap it at a fixed size at once (a capped GPU becomes a "
-                "logical device of fixed size). Set memory_growth: false (or remove it) to keep "
-                "the limit, or remove memory_limit_mib/memory_fraction to keep growth"
-            )
-        if self.memory_growth and self.gpu_logical_devices > 1:
-            raise ValueError(
-                "memory_growth: true together with gpu_logical_devices > 1: TensorFlow's logical "
-                "GPUs have fixed sizes and cannot grow. Remove memory_growth and set "
-                "memory_limit_mib or memory_fraction for the split"
-            )
         if self.gpu_logical_devices > 1 and not limited:
             raise ValueError(
                 "gpu_logical_devices > 1 needs a memory size to split: set memory_limit_mib "

@@ -15,6 +15,7 @@ initialise), then the CPU split, then settings that may change at any time
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
@@ -166,6 +167,14 @@ def _memory_calls(config: Config, gpus: list[GpuInfo], warnings: list[str]) -> l
     limited = dev.memory_limit_mib is not None or dev.memory_fraction is not None
     growth = dev.memory_growth if dev.memory_growth is not None else (not limited and split == 1)
     calls: list[TfCall] = []
+    if dev.memory_growth and (limited or split > 1):
+        fixed = "devices.memory_limit_mib" if dev.memory_limit_mib is not None else (
+            "devices.memory_fraction" if dev.memory_fraction is not None else "devices.gpu_logical_devices")
+        warnings.append(
+            f"devices.memory_growth: true and {fixed} are both set; a capped or split GPU is a fixed-size "
+            f"logical device that cannot grow (TensorFlow refuses both on one GPU), so {fixed} is applied and "
+            "memory growth is not; remove one of them to silence this"
+        )
     if not gpus:
         asked = [k for k in ("memory_growth", "memory_limit_mib", "memory_fraction") if k in dev.model_fields_set]
         if asked or split > 1:
@@ -203,9 +212,17 @@ def _memory_calls(config: Config, gpus: list[GpuInfo], warnings: list[str]) -> l
                     f"{each} MiB, less than the 64 MiB TensorFlow needs for a usable device.",
                     "raise the limit or lower devices.gpu_logical_devices.",
                 )
-            if key == "devices.memory_fraction" and each < 1024:
+            if each < 1024:
                 warnings.append(
-                    f"GPU {new_index}: each logical device gets only {each} MiB; small models only"
+                    f"{key}: each logical device on GPU {new_index} gets {each} MiB; after the CUDA context and "
+                    "cuDNN workspace that leaves little for the model's weights, optimizer state and "
+                    "activations (expect out-of-memory errors except for small models and batches)"
+                )
+            if gpu.used_mib and gpu.total_mib and limit > gpu.total_mib - gpu.used_mib:
+                warnings.append(
+                    f"{key}: GPU {new_index} ({gpu.name}) is asked for {limit} MiB but only "
+                    f"{gpu.total_mib - gpu.used_mib} MiB were free when probed ({gpu.used_mib} MiB held by "
+                    "other processes)"
                 )
             setting = key if split == 1 else f"{key}, devices.gpu_logical_devices"
             calls.append(TfCall("tf.config.set_logical_device_configuration", target, [each] * split, setting))
@@ -369,7 +386,7 @@ def make_plan(config: Config, probe: Probe) -> Plan:
     return Plan(
         env={k: env[k] for k in ENV_ORDER if k in env},
         tf_calls=tuple(calls),
-        gpus=tuple(GpuInfo(i, g.name, g.total_mib, g.uuid, g.nvml_index) for i, g in enumerate(gpus)),
+        gpus=tuple(dataclasses.replace(g, index=i) for i, g in enumerate(gpus)),
         logical_devices=logical,
         strategy=strategy,
         num_replicas=replicas,
