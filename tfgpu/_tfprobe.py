@@ -1,7 +1,12 @@
 """Child process of :func:`tfgpu.probe.probe_tensorflow`: start TensorFlow, print one JSON line.
 
-Reads an optional config (JSON) on stdin and applies it with :func:`tfgpu.setup`
-first. Run as ``python -m tfgpu._tfprobe``; not part of the public API.
+Reads a JSON request on stdin: ``{"config": {...} or null, "logical": bool}``.
+With a config, it is applied with :func:`tfgpu.setup` first. ``logical``
+lists the logical devices, which initialises the GPUs: memory growth is turned
+on first (unless the config decides), so the probe never takes a GPU's memory
+from a job running beside it. Without ``logical`` only physical devices are
+listed, which creates no CUDA context (what ``tfgpu doctor`` and the image's
+health check use). Run as ``python -m tfgpu._tfprobe``; not part of the public API.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ import sys
 from typing import Any
 
 
-def _facts(config: Any) -> dict[str, Any]:
+def _facts(config: Any, logical: bool) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if config is not None:
         import tfgpu  # noqa: PLC0415
@@ -43,14 +48,19 @@ def _facts(config: Any) -> dict[str, Any]:
             info = tf.config.experimental.get_device_details(d)
             details.append({k: list(v) if isinstance(v, tuple) else v for k, v in info.items()})
     out["gpu_details"] = details
-    out["logical_devices"] = [[d.name, d.device_type] for d in tf.config.list_logical_devices()]
+    if logical:
+        if config is None:
+            for d in physical:
+                if d.device_type == "GPU":
+                    tf.config.experimental.set_memory_growth(d, True)
+        out["logical_devices"] = [[d.name, d.device_type] for d in tf.config.list_logical_devices()]
     return out
 
 
 def main() -> None:
     text = sys.stdin.read().strip()
-    config = json.loads(text) if text else None
-    print(json.dumps(_facts(config), default=str), flush=True)
+    request = json.loads(text) if text else {}
+    print(json.dumps(_facts(request.get("config"), bool(request.get("logical"))), default=str), flush=True)
 
 
 if __name__ == "__main__":

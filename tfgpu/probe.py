@@ -360,12 +360,16 @@ def probe_packages() -> dict[str, str]:
     return found
 
 
-def probe_tensorflow(config: Optional[dict[str, Any]] = None, timeout: float = 240.0) -> TensorflowFacts:
+def probe_tensorflow(config: Optional[dict[str, Any]] = None, logical: bool = True,
+                     timeout: float = 240.0) -> TensorflowFacts:
     """Start TensorFlow in a child process and report what it sees.
 
     Args:
         config: a config dict to apply with :func:`tfgpu.setup` first (so the
             logical devices reflect its splits), or ``None`` for TensorFlow's defaults.
+        logical: also list logical devices. That initialises the GPUs (a CUDA
+            context on each, with memory growth on unless ``config`` says
+            otherwise); without it no GPU memory is touched.
         timeout: seconds before the child is abandoned (reported as an import error).
 
     Returns:
@@ -376,7 +380,7 @@ def probe_tensorflow(config: Optional[dict[str, Any]] = None, timeout: float = 2
     args = [sys.executable, "-m", "tfgpu._tfprobe"]
     started = time.perf_counter()
     try:
-        child = subprocess.run(args, input=json.dumps(config) if config is not None else "", capture_output=True,
+        child = subprocess.run(args, input=json.dumps({"config": config, "logical": logical}), capture_output=True,
                                text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired as exc:
         return TensorflowFacts(import_error=f"TensorFlow did not start within {timeout:.0f} s",
@@ -451,9 +455,10 @@ def probe_libraries(cudnn_major: str = "9", platform: str = sys.platform) -> tup
 
 def gather_facts(config: Optional[dict[str, Any]] = None, tensorflow: bool = True) -> Facts:
     """Everything the doctor needs: :func:`probe`, :func:`probe_packages`,
-    :func:`probe_tensorflow` (unless ``tensorflow=False``) and :func:`probe_libraries`."""
+    :func:`probe_tensorflow` (physical devices only, so no GPU memory is
+    touched; skipped with ``tensorflow=False``) and :func:`probe_libraries`."""
     machine = probe()
-    tf_facts = probe_tensorflow(config) if tensorflow else None
+    tf_facts = probe_tensorflow(config, logical=False) if tensorflow else None
     cudnn = str((tf_facts.build_info.get("cudnn_version") if tf_facts else None) or "9").split(".")[0]
     return Facts(machine=machine, packages=probe_packages(), tensorflow=tf_facts,
                  libraries=probe_libraries(cudnn, machine.platform))
