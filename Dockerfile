@@ -1,13 +1,17 @@
 # tfgpu on the official TensorFlow GPU image.
 #
 #   docker build -t tfgpu .
-#   docker run --rm --gpus all \
+#   docker run --rm --gpus all tfgpu doctor
+#   docker run --rm --gpus all --user "$(id -u):$(id -g)" \
 #       -v "$PWD/data:/data" -v "$PWD/runs:/work/runs" \
-#       tfgpu run /opt/tfgpu/recipes/mnist.yaml
+#       tfgpu run recipes/mnist.yaml
 #
-# The host needs only the NVIDIA driver and the NVIDIA Container Toolkit.
-# Files in the bind-mounted runs/ are written by the image's user `tfgpu` (uid 1000);
-# add `--user "$(id -u):$(id -g)"` to write them as yourself instead.
+# The host needs only the NVIDIA driver and the NVIDIA Container Toolkit. The working
+# directory is /work: recipes/ (the repository's recipes) and runs/ (a volume) are there,
+# so paths are the same as in a checkout. Files in the bind-mounted runs/ are written by
+# the image's user `tfgpu` (uid 1000) unless `--user "$(id -u):$(id -g)"` runs it as you.
+# README.md, "GPU containers (Docker)", has the rest; tests/test_docker.py lints this file
+# with hadolint and checks the commands above (the image is not built in CI).
 
 # Base: TensorFlow 2.21.0, the release tfgpu is tested with (setup.cfg), from the official
 # tensorflow/tensorflow repository on Docker Hub; pinned exactly, never `latest`.
@@ -19,6 +23,11 @@
 # since 2.18). The first RUN below fixes that with the CUDA/cuDNN wheels TF itself declares.
 FROM tensorflow/tensorflow:2.21.0-gpu
 
+LABEL org.opencontainers.image.title="tfgpu" \
+      org.opencontainers.image.description="TensorFlow/Keras on GPUs from one YAML file: tfgpu on TensorFlow 2.21.0 with the CUDA 12 / cuDNN 9 wheels it declares" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.base.name="docker.io/tensorflow/tensorflow:2.21.0-gpu"
+
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 
 ENV PYTHONUNBUFFERED=1 \
@@ -28,7 +37,6 @@ ENV PYTHONUNBUFFERED=1 \
 WORKDIR /opt/tfgpu
 COPY setup.cfg pyproject.toml README.md ./
 COPY tfgpu/ ./tfgpu/
-COPY recipes/ ./recipes/
 
 # 1. Keep the base image's TensorFlow: a constraint file pins `tensorflow` to the version
 #    already installed, so pip can satisfy setup.cfg's `tensorflow>=2.16` but never
@@ -40,10 +48,10 @@ COPY recipes/ ./recipes/
 #    CUDA libraries resolve to one consistent set: TF's RUNPATH covers only some of them.
 # 4. Check: TensorFlow unchanged; the linker's first pick for cuDNN/cuBLAS/cuSOLVER/nvJitLink
 #    is a wheel (ldconfig -p lists in lookup order); the `tfgpu` entry point runs.
-# DL3013 (pin versions in pip): not pinned here on purpose. tfgpu's dependency ranges live
-# in setup.cfg (the single source), TensorFlow's own metadata bounds the nvidia-*-cu12
-# wheels, and the constraint file pins TensorFlow to the base image's version.
-# hadolint ignore=DL3013
+# Versions are not pinned here on purpose: tfgpu's dependency ranges live in setup.cfg (the
+# single source), TensorFlow 2.21.0's own metadata bounds the nvidia-*-cu12 wheels
+# (cuDNN >=9.3,<10, CUDA libraries >=12.5,<13), and the constraint file pins TensorFlow
+# to the base image's version.
 RUN tf_version="$(python3 -c 'import importlib.metadata as m; print(m.version("tensorflow"))')" \
  && echo "tensorflow==${tf_version}" > /tmp/keep-base-tensorflow.txt \
  && python3 -m pip install --no-cache-dir \
@@ -56,10 +64,13 @@ RUN tf_version="$(python3 -c 'import importlib.metadata as m; print(m.version("t
  && tfgpu --version \
  && rm -rf /tmp/keep-base-tensorflow.txt /opt/tfgpu/build /opt/tfgpu/*.egg-info
 
-# A non-root user owns the working directory and the two mount points.
+# A non-root user owns the working directory, the two mount points and the recipes.
 RUN useradd --create-home --no-log-init --uid 1000 --user-group --shell /bin/bash tfgpu \
  && mkdir -p /work/runs /data \
  && chown -R tfgpu:tfgpu /work /data
+
+# The documented `tfgpu run recipes/mnist.yaml` is relative to WORKDIR /work.
+COPY --chown=1000:1000 recipes/ /work/recipes/
 
 # Numeric (= tfgpu:tfgpu) so that Kubernetes runAsNonRoot and hosts without this user
 # can verify it is not root.
@@ -69,6 +80,15 @@ WORKDIR /work
 # /data: datasets ($TFGPU_DATA_DIR/mnist/mnist.npz or IDX files);
 # /work/runs: run directories (tfgpu writes runs/ relative to the working directory).
 VOLUME ["/data", "/work/runs"]
+
+# Self-check: `tfgpu doctor --quiet` prints only the errors it finds and exits 0 when there
+# are none, 9 when there are; Docker counts every non-zero exit status as a failed check.
+# It starts TensorFlow in a subprocess (about 10 s, longer on a busy machine), hence the
+# long timeout, and it runs rarely because it runs beside the training.
+# `docker inspect --format '{{json .State.Health}}' CONTAINER` shows the last results;
+# `docker run --no-healthcheck` turns it off.
+HEALTHCHECK --interval=10m --timeout=2m --start-period=2m --retries=3 \
+    CMD ["tfgpu", "doctor", "--quiet"]
 
 ENTRYPOINT ["tfgpu"]
 CMD ["--help"]
