@@ -24,9 +24,11 @@ This module does not import TensorFlow.
 
 from __future__ import annotations
 
+import datetime
 import difflib
 import os
 import re
+import reprlib
 from pathlib import Path
 from typing import Any, Literal, Mapping, Optional, Sequence, Union
 
@@ -146,6 +148,13 @@ class TensorflowConfig(_Section):
     intra_op_threads: int = Field(0, ge=0, le=1024)
     inter_op_threads: int = Field(0, ge=0, le=1024)
 
+    @field_validator("jit_compile", mode="before")
+    @classmethod
+    def _check_jit(cls, value: Any) -> Any:
+        if value == "auto" or isinstance(value, bool):
+            return value
+        raise ValueError("expected auto, true or false")
+
 
 class DistributeConfig(_Section):
     """The ``tf.distribute`` strategy.
@@ -214,18 +223,27 @@ class DataConfig(_Section):
 _Spec = Union[str, dict[str, Any]]
 
 
+_SPEC_EXAMPLES = {
+    "optimizer": ("adam", "{name: adam, learning_rate: 0.001}"),
+    "loss": ("sparse_categorical_crossentropy", "{name: sparse_categorical_crossentropy, from_logits: true}"),
+    "metric": ("accuracy", "{name: accuracy}"),
+}
+
+
 def _check_spec(value: Any, what: str) -> Any:
     """A Keras object named by string, or a mapping with ``name`` plus arguments."""
+    name_example, mapping_example = _SPEC_EXAMPLES[what]
+    article = "an" if what[0] in "aeiou" else "a"
     if isinstance(value, str) and value:
         return value
     if isinstance(value, dict):
         name = value.get("name")
         if not isinstance(name, str) or not name:
             raise ValueError(
-                f"a {what} given as a mapping needs a 'name' key, e.g. {{name: adam, learning_rate: 0.001}}"
+                f"{article} {what} given as a mapping needs a 'name' key with a text value, e.g. {mapping_example}"
             )
         return value
-    raise ValueError(f"expected a {what} name (e.g. 'adam') or a mapping with 'name' and arguments")
+    raise ValueError(f"expected {article} {what} name (e.g. {name_example}) or a mapping with 'name' and arguments")
 
 
 class ModelConfig(_Section):
@@ -268,7 +286,7 @@ class ModelConfig(_Section):
                 if isinstance(name, str) and (args is None or isinstance(args, dict)):
                     continue
             raise ValueError(
-                f"layer {i} ({layer!r}) is not 'ClassName' or 'ClassName: {{arguments}}' "
+                f"layer {i} ({_short_repr(layer)}) is not 'ClassName' or 'ClassName: {{arguments}}' "
                 "(one key, its value a mapping of arguments)"
             )
         return value
@@ -382,15 +400,21 @@ class Config(_Section):
 class _Source:
     """Where a value came from: a file with line positions, a dict, or overrides."""
 
-    def __init__(self, label: str, positions: Optional[dict[tuple, int]] = None) -> None:
+    def __init__(self, label: str, positions: Optional[dict[tuple, int]] = None,
+                 raw: Optional[dict[tuple, str]] = None) -> None:
         self.label = label
         self.positions = positions or {}
+        self.raw = raw or {}  # key path -> the scalar as written (``off``, not ``False``)
         self.override_keys: dict[tuple, str] = {}
 
     def where(self, loc: tuple) -> str:
         for n in range(len(loc), 0, -1):
             if loc[:n] in self.override_keys:
                 return self.override_keys[loc[:n]]
+        if loc and loc not in self.positions:  # e.g. --set foo.bar=1 created the unknown section 'foo'
+            for key, label in self.override_keys.items():
+                if key[: len(loc)] == loc:
+                    return label
         for n in range(len(loc), 0, -1):
             line = self.positions.get(loc[:n])
             if line is not None:
@@ -398,12 +422,29 @@ class _Source:
         return self.label
 
 
-def _yaml_error(label: str, exc: yaml.YAMLError) -> ConfigError:
+def _yaml_error(label: str, exc: yaml.YAMLError, text: str = "") -> ConfigError:
     mark = getattr(exc, "problem_mark", None)
     where = f"{label}:{mark.line + 1}:{mark.column + 1}" if mark else label
-    problem = getattr(exc, "problem", None) or str(exc)
+    if isinstance(exc, yaml.reader.ReaderError):
+        line = text.count("\n", 0, exc.position) + 1
+        code = exc.character if isinstance(exc.character, int) else ord(exc.character[:1] or "\0")
+        return ConfigError(
+            f"{label}:{line}: this is not valid YAML: the character {chr(code)!r} (#x{code:04x}) "
+            "is not allowed in a YAML file.",
+            "delete the character (or save the file as plain UTF-8 text).",
+        )
+    problem = " ".join((getattr(exc, "problem", None) or str(exc)).split())
     context = getattr(exc, "context", None)
-    detail = f"{context} {problem}" if context else problem
+    detail = f"{' '.join(context.split())} {problem}" if context else problem
+    begun = getattr(exc, "context_mark", None)
+    if begun is not None and mark is not None and begun.line != mark.line:
+        what = re.sub(r"^while \w+ ", "", " ".join((context or "the value").split()))
+        detail += f" ({what} that began at line {begun.line + 1})"
+    if isinstance(exc, yaml.constructor.ConstructorError) and "unhashable" in problem:
+        return ConfigError(
+            f"{where}: this is not a usable YAML key ({problem}): a key must be plain text, not a list or mapping.",
+            "write 'key: value' with a text key; quote the key if it contains [ ] { } or ?.",
+        )
     if isinstance(exc, yaml.constructor.ConstructorError):
         return ConfigError(
             f"{where}: the YAML tag is not allowed ({problem.strip()}). tfgpu reads YAML with "
@@ -416,8 +457,19 @@ def _yaml_error(label: str, exc: yaml.YAMLError) -> ConfigError:
     )
 
 
-def _positions(node: yaml.Node, path: tuple, out: dict[tuple, int], label: str) -> None:
-    """Record the 1-based line of every key path; refuse duplicate keys."""
+def _positions(node: yaml.Node, path: tuple, out: dict[tuple, int], label: str,
+               seen_nodes: Optional[set] = None, raw: Optional[dict[tuple, str]] = None) -> None:
+    """Record the 1-based line of every key path; refuse duplicate keys.
+
+    A node reached again through an alias (``*name``) is not walked again, so
+    nested aliases cannot make this exponential.
+    """
+    seen_nodes = set() if seen_nodes is None else seen_nodes
+    if id(node) in seen_nodes:
+        return
+    seen_nodes.add(id(node))
+    if isinstance(node, yaml.ScalarNode) and raw is not None:
+        raw[path] = node.value
     if isinstance(node, yaml.MappingNode):
         seen: dict[Any, int] = {}
         for key_node, value_node in node.value:
@@ -432,23 +484,34 @@ def _positions(node: yaml.Node, path: tuple, out: dict[tuple, int], label: str) 
                 )
             seen[key] = line
             out[path + (key,)] = line
-            _positions(value_node, path + (key,), out, label)
+            _positions(value_node, path + (key,), out, label, seen_nodes, raw)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
             out[path + (i,)] = item.start_mark.line + 1
-            _positions(item, path + (i,), out, label)
+            _positions(item, path + (i,), out, label, seen_nodes, raw)
 
 
-def _read_yaml(text: str, label: str) -> tuple[Any, dict[tuple, int]]:
+def _too_deep(label: str) -> ConfigError:
+    return ConfigError(
+        f"{label}: the YAML is nested too deeply (hundreds of levels of lists or mappings); a tfgpu "
+        "config is at most a few levels deep.",
+        "check for unclosed or repeated brackets, or an alias that refers to itself.",
+    )
+
+
+def _read_yaml(text: str, label: str) -> tuple[Any, dict[tuple, int], dict[tuple, str]]:
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise _yaml_error(label, exc) from exc
+        raise _yaml_error(label, exc, text) from None
+    except RecursionError:
+        raise _too_deep(label) from None
     positions: dict[tuple, int] = {}
+    raw: dict[tuple, str] = {}
     if node is not None:
-        _positions(node, (), positions, label)
-    return data, positions
+        _positions(node, (), positions, label, raw=raw)
+    return data, positions, raw
 
 
 def parse_override(item: str) -> tuple[tuple[str, ...], Any]:
@@ -467,11 +530,19 @@ def parse_override(item: str) -> tuple[tuple[str, ...], Any]:
     try:
         value = yaml.safe_load(raw) if raw.strip() else None
     except yaml.YAMLError as exc:
+        problem = " ".join(str(getattr(exc, "problem", None) or exc).split())
         raise ConfigError(
-            f"--set {item!r}: the value {raw!r} is not valid YAML ({getattr(exc, 'problem', exc)}).",
+            f"--set {item!r}: the value {raw!r} is not valid YAML ({problem}).",
             "quote text values and use [a, b] for lists.",
-        ) from exc
+        ) from None
+    except RecursionError:
+        raise _too_deep(f"--set {item!r}") from None
     return tuple(key.split(".")), value
+
+
+def _override_label(item: str) -> str:
+    """``--set ITEM`` as messages print it (quoted when it holds newlines or other control characters)."""
+    return f"--set {item}" if item.isprintable() else f"--set {item!r}"
 
 
 def _set_path(data: dict, path: tuple[str, ...], value: Any, label: str) -> None:
@@ -500,11 +571,19 @@ def _deep_merge(base: dict, extra: Mapping, path: tuple, source: _Source, label:
             source.override_keys[here] = label
 
 
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxlist, _REPR.maxdict, _REPR.maxtuple, _REPR.maxset = 3, 8, 6, 8, 8
+_REPR.maxstring, _REPR.maxother = 80, 80
+
+
+def _short_repr(value: Any) -> str:
+    """``repr`` bounded in depth and length (a value may be a huge or alias-shared structure)."""
+    text = _REPR.repr(value)
+    return text[:77] + "..." if len(text) > 80 else text
+
+
 def _describe(value: Any) -> str:
-    text = repr(value)
-    if len(text) > 80:
-        text = text[:77] + "..."
-    return f"{text} ({type(value).__name__})"
+    return f"{_short_repr(value)} ({type(value).__name__})"
 
 
 def _lookup(data: Any, loc: tuple) -> tuple[bool, Any]:
@@ -529,35 +608,120 @@ def _allowed_keys(loc: tuple) -> list[str]:
     return list(model.model_fields)
 
 
+def _data_loc(loc: tuple, data: Any) -> tuple:
+    """Pydantic's error location without its own tags (``literal['auto']``, ``[key]``, ...).
+
+    A part is kept when it is a key or index of the data at that point, so a user's key
+    that merely looks like a tag (``'['``) is kept too.
+    """
+    out = []
+    node = data
+    for part in loc:
+        if isinstance(node, dict) and not isinstance(part, (dict, list)) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            node = node[part]
+        elif isinstance(part, str) and ("[" in part or part.startswith("function-") or part in _TAG_PARTS):
+            continue
+        else:
+            node = None
+        out.append(part)
+    return tuple(out)
+
+
+_TAG_PARTS = {"bool", "int", "float", "str", "list", "dict", "none"}
+
+
 def _problem(err: dict, data: Any, source: _Source) -> str:
-    loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and ("[" in p or p.startswith("function-"))))
+    loc = _data_loc(tuple(err["loc"]), data)
     dotted = ".".join(str(p) for p in loc) or "(top level)"
     where = source.where(loc)
+    if err["type"] == "invalid_key" or "[key]" in err["loc"]:
+        parent = ".".join(str(p) for p in loc[:-1]) or "(top level)"
+        return f"{where}: '{parent}': keys must be text. Received the key {_describe(loc[-1])}; quote it."
+    if err["type"] == "model_type" and _allowed_keys(loc):
+        found, value = _lookup(data, loc)
+        empty = " (an empty section: remove the line, or put keys under it)" if found and value is None else ""
+        return (
+            f"{where}: '{dotted}' must be a mapping of its keys ({', '.join(_allowed_keys(loc))}). "
+            f"Received: {_describe(value)}{empty}."
+        )
     if err["type"] == "extra_forbidden":
         allowed = _allowed_keys(loc[:-1])
-        unknown = str(loc[-1])
+        unknown = str(loc[-1]) if loc else ""
         close = difflib.get_close_matches(unknown, allowed, n=1, cutoff=0.6)
         guess = f" Did you mean '{'.'.join(str(p) for p in loc[:-1] + (close[0],))}'?" if close else ""
         return (
             f"{where}: unknown key '{dotted}'.{guess} Allowed keys here: {', '.join(allowed)}."
         )
     found, value = _lookup(data, loc)
-    received = f" Received: {_describe(value)}." if found and not isinstance(value, dict) else ""
+    section = isinstance(value, dict) and bool(_allowed_keys(loc))  # a whole section: its keys say enough
+    received = f" Received: {_describe(value)}." if found and not section else ""
     msg = err["msg"]
     if msg.startswith("Value error, "):
         msg = msg[len("Value error, "):]
     text = f"{where}: '{dotted}': {msg}.{received}"
-    if found and isinstance(value, bool) and err["type"] in ("literal_error", "string_type"):
+    if found and isinstance(value, bool) and err["type"] in ("literal_error", "string_type", "value_error"):
         text += (
             " Note: YAML reads a bare yes/no/on/off/true/false as a boolean; "
-            f"quote it ('{str(value).lower()}') if you meant text."
+            f"quote it ('{source.raw.get(loc, str(value).lower())}') if you meant text."
         )
+    elif found and isinstance(value, (int, float, datetime.date)) and err["type"] in ("literal_error", "string_type"):
+        text += f" Note: YAML read this as a {type(value).__name__}; quote it if you meant text."
     return text
+
+
+_MAX_VALUES = 100_000
+
+
+def _walk(data: Any) -> tuple[Optional[tuple], int]:
+    """``(path of a value that contains itself, or None; number of values once aliases are expanded)``.
+
+    A value that contains itself comes from ``&a [*a]`` in YAML; a huge expanded size from
+    nested aliases (``&b [*a, *a, ...]``). Each list or mapping is explored once, so shared
+    parts cost nothing extra here.
+    """
+    sizes: dict[int, int] = {}
+    active: set[int] = set()
+    stack: list[tuple[Any, tuple, Any]] = [(data, (), None)]
+    while stack:
+        node, path, children = stack.pop()
+        if children is None:
+            if not isinstance(node, (dict, list)) or id(node) in sizes:
+                continue
+            if id(node) in active:
+                return path, 0
+            active.add(id(node))
+            items = node.items() if isinstance(node, dict) else enumerate(node)
+            children = iter([(v, path + (k,)) for k, v in items])
+        child = next(children, None)
+        if child is None:
+            active.discard(id(node))
+            values = node.values() if isinstance(node, dict) else node
+            sizes[id(node)] = 1 + sum(sizes.get(id(v), 1) if isinstance(v, (dict, list)) else 1 for v in values)
+            continue
+        stack.append((node, path, children))
+        stack.append((child[0], child[1], None))
+    return None, sizes.get(id(data), 1)
 
 
 def _validate(data: Any, source: _Source) -> Config:
     if data is None:
         data = {}
+    loop, size = _walk(data)
+    if loop is not None:
+        dotted = ".".join(str(p) for p in loop) or "(top level)"
+        raise ConfigError(
+            f"{source.where(loop)}: '{dotted}' contains itself (a YAML alias used inside its own anchor), "
+            "so it has no end.",
+            "replace the alias (*name) with a plain value.",
+        )
+    if size > _MAX_VALUES:
+        raise ConfigError(
+            f"{source.label}: the configuration expands to {size:,} values (aliases nested in aliases); "
+            f"a tfgpu config has a few dozen, and at most {_MAX_VALUES:,} are accepted.",
+            "write the values out instead of nesting aliases (*name).",
+        )
     if not isinstance(data, dict):
         raise ConfigError(
             f"{source.label}: the top level must be a mapping of sections (devices, tensorflow, "
@@ -611,8 +775,17 @@ def load_config(
             duplicated, or a value has the wrong type or is out of range. The
             message names each key path, the received value and its file:line.
     """
+    try:
+        return _load(source, overrides, sections)
+    except RecursionError:
+        raise _too_deep(str(source) if isinstance(source, (str, os.PathLike)) else "config dict") from None
+
+
+def _load(source: Any, overrides: Sequence[str], sections: dict[str, Any]) -> Config:
     if isinstance(source, Config) and not overrides and not sections:
         return source
+    if isinstance(overrides, str):
+        overrides = [overrides]
     if source is None:
         env_path = os.environ.get(CONFIG_ENV)
         source = env_path if env_path else {}
@@ -622,6 +795,11 @@ def load_config(
     elif isinstance(source, Mapping):
         data = _plain_copy(source)
         src = _Source("config dict")
+    elif not isinstance(source, (str, os.PathLike)):
+        raise ConfigError(
+            f"the configuration must be a YAML file path, a dict or a tfgpu.Config. Received: {_describe(source)}.",
+            "pass a path such as 'gpu.yaml', or a dict such as {'devices': {'memory_growth': True}}.",
+        )
     else:
         path = Path(source)
         label = str(source)
@@ -636,24 +814,42 @@ def load_config(
             raise ConfigError(f"'{label}' is a directory, not a YAML config file.", "name a .yaml file.") from None
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(f"the config file '{label}' cannot be read: {exc}.", "check its permissions and encoding.") from None
-        data, positions = _read_yaml(text, label)
-        src = _Source(label, positions)
+        data, positions, raw = _read_yaml(text, label)
+        if data is None:
+            raise ConfigError(
+                f"{label}: the file is empty (or holds only comments), so it configures nothing; a config "
+                "file is a mapping of sections (devices, tensorflow, distribute, data, model, train, output).",
+                "write the sections you need, e.g. 'devices: {memory_growth: true}', or give no config file "
+                "to use the defaults.",
+            )
+        src = _Source(label, positions, raw)
     if data is None:
         data = {}
     if isinstance(data, dict) and (overrides or sections):
         data = _plain_copy(data)
         for item in overrides:
             key, value = parse_override(item)
-            _set_path(data, key, value, f"--set {item}")
-            src.override_keys[key] = f"--set {item}"
+            _set_path(data, key, value, _override_label(item))
+            src.override_keys[key] = _override_label(item)
+            src.raw[key] = item.partition("=")[2].strip()
         if sections:
             _deep_merge(data, _plain_copy(sections), (), src, "setup() keyword argument")
     return _validate(data, src)
 
 
-def _plain_copy(value: Any) -> Any:
+def _plain_copy(value: Any, memo: Optional[dict[int, Any]] = None) -> Any:
+    """Dicts and lists copied (tuples become lists); a shared (aliased) part is copied once."""
+    memo = {} if memo is None else memo
+    if id(value) in memo:
+        return memo[id(value)]
     if isinstance(value, Mapping):
-        return {k: _plain_copy(v) for k, v in value.items()}
+        mapping: dict = {}
+        memo[id(value)] = mapping
+        mapping.update((k, _plain_copy(v, memo)) for k, v in value.items())
+        return mapping
     if isinstance(value, (list, tuple)):
-        return [_plain_copy(v) for v in value]
+        items: list = []
+        memo[id(value)] = items
+        items.extend(_plain_copy(v, memo) for v in value)
+        return items
     return value

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -119,6 +120,15 @@ def _find_idx(directory: Path) -> Optional[dict[str, Path]]:
 
 def _load_npz(path: Path) -> dict[str, np.ndarray]:
     try:
+        is_zip = zipfile.is_zipfile(path)
+    except OSError as exc:
+        raise DataError(f"cannot read {path}: {exc.strerror or exc}.", "check the path and its permissions.") from None
+    if not is_zip:
+        raise DataError(
+            f"cannot read {path} as a .npz file: it is not a zip archive (a .npz is a zip archive of NumPy arrays).",
+            "point data.path at a Keras-layout mnist.npz, or at the directory holding it or the IDX files.",
+        )
+    try:
         with np.load(path, allow_pickle=False) as data:
             missing = [k for k in IDX_FILES if k not in data.files]
             if missing:
@@ -130,7 +140,8 @@ def _load_npz(path: Path) -> dict[str, np.ndarray]:
     except DataError:
         raise
     except Exception as exc:  # zipfile/pickle/OS errors all mean an unreadable file
-        raise DataError(f"cannot read {path} as a .npz file: {exc}.", "re-download or re-copy the file.") from None
+        raise DataError(f"cannot read {path} as a .npz file: {str(exc).strip().rstrip('.')}.",
+                        "re-download or re-copy the file; it must hold plain numeric arrays (no Python objects).") from None
 
 
 def _check(arrays: dict[str, np.ndarray], source: str) -> dict[str, np.ndarray]:
@@ -148,12 +159,38 @@ def _check(arrays: dict[str, np.ndarray], source: str) -> dict[str, np.ndarray]:
             )
         if len(x) == 0:
             raise DataError(f"{source}: the {split} split is empty.", "use a dataset with samples in both splits.")
+        _check_values(x, f"x_{split}", source, "pixel", "whole numbers from 0 to 255")
+        _check_values(y, f"y_{split}", source, "label", "whole class numbers from 0 to 9")
     if arrays["x_train"].shape[1:] != arrays["x_test"].shape[1:]:
         raise DataError(
             f"{source}: train images are {arrays['x_train'].shape[1:]} but test images {arrays['x_test'].shape[1:]}.",
             "use train and test files of the same dataset.",
         )
     return {k: np.asarray(v, dtype=np.uint8) for k, v in arrays.items()}
+
+
+def _check_values(a: np.ndarray, name: str, source: str, what: str, allowed: str) -> None:
+    """Refuse arrays that would not survive the cast to uint8 unchanged (text, fractions, negatives, > 255)."""
+    if a.dtype == np.uint8:
+        return
+    floating = np.issubdtype(a.dtype, np.floating)
+    if not (floating or np.issubdtype(a.dtype, np.integer)) or a.dtype == np.bool_:
+        raise DataError(
+            f"{source}: {name} holds {a.dtype} values; {what}s must be {allowed}.",
+            f"save {name} as uint8 (MNIST layout: pixels 0-255, labels 0-9).",
+        )
+    bad = (a < 0) | (a > 255)
+    if floating:
+        bad |= ~np.isfinite(a) | (np.floor(a) != a)
+    if bad.any():
+        value = a[bad].flat[0].item()
+        finite = a[np.isfinite(a)] if floating else a
+        scaled = (" (they look scaled to [0, 1]; tfgpu scales the 0-255 values itself)"
+                  if what == "pixel" and finite.size and finite.max() <= 1 else "")
+        raise DataError(
+            f"{source}: {name} holds the {what} value {value!r} ({a.dtype}); {what}s must be {allowed}{scaled}.",
+            f"save {name} as uint8 (MNIST layout: pixels 0-255, labels 0-9).",
+        )
 
 
 def _load_dir(directory: Path) -> Optional[tuple[dict[str, np.ndarray], str]]:
@@ -199,7 +236,10 @@ def load_arrays(name: str = "mnist", path: Optional[str] = None) -> Arrays:
     """
     loaded = None
     if path is not None:
-        p = Path(path).expanduser()
+        try:
+            p = Path(path).expanduser()
+        except RuntimeError:  # '~user' for a user that does not exist
+            p = Path(path)
         if not p.exists():
             raise DataError(
                 f"data.path: '{path}' does not exist (looked from {Path.cwd()}).",
@@ -241,6 +281,12 @@ def load_arrays(name: str = "mnist", path: Optional[str] = None) -> Arrays:
         raise DataError(f"{source}: a label is {top}; {name} has classes 0-{num_classes - 1}.",
                         "the label file is damaged or belongs to another dataset.")
     return Arrays(num_classes=num_classes, source=source, **arrays)
+
+
+def sample_batch(arrays: Arrays, n: int = 2) -> tuple[np.ndarray, np.ndarray]:
+    """The first ``n`` training samples as the pipeline delivers them: float32 in [0, 1] with a channel axis."""
+    x = arrays.x_train[:n].astype(np.float32)[..., None] / 255.0
+    return x, arrays.y_train[:n]
 
 
 def make_datasets(arrays: Arrays, global_batch_size: int, shuffle_buffer: Optional[int] = None,

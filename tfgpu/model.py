@@ -47,13 +47,22 @@ def _split_spec(spec: Any) -> tuple[str, dict[str, Any]]:
     return args.pop("name"), args
 
 
+_MODULES = {"layer": "keras.layers", "optimizer": "keras.optimizers", "loss": "keras.losses", "metric": "keras.metrics"}
+_COMMON = {
+    "layer": ["Conv2D", "MaxPooling2D", "Flatten", "Dense", "Dropout", "BatchNormalization"],
+    "optimizer": ["adam", "sgd", "rmsprop", "adamw"],
+    "loss": ["sparse_categorical_crossentropy", "categorical_crossentropy"],
+    "metric": ["accuracy", "sparse_top_k_categorical_accuracy"],
+}
+
+
 def _unknown(key: str, kind: str, name: str, table: dict[str, type]) -> ConfigError:
-    names = sorted({n for n in table if n[0].isupper()})
     close = difflib.get_close_matches(name, list(table), n=1, cutoff=0.6)
     guess = f" Did you mean '{close[0]}'?" if close else ""
+    common = [n for n in _COMMON[kind] if n in table or n == "accuracy"]
     return ConfigError(
         f"{key}: '{name}' is not a Keras {kind}.{guess}",
-        f"use a Keras {kind} class name, e.g. {', '.join(names[:8])} ... (keras.{kind.split()[0]}s).",
+        f"use a class name from {_MODULES[kind]} (or its snake_case form), e.g. {', '.join(common)}.",
     )
 
 
@@ -70,9 +79,9 @@ def _resolve(key: str, kind: str, spec: Any, module: Any, base: type) -> tuple[t
 def _construct(key: str, cls: type, args: dict[str, Any]) -> Any:
     try:
         return cls(**args)
-    except (TypeError, ValueError) as exc:
+    except Exception as exc:  # Keras raises TypeError, ValueError and others for bad arguments
         raise ConfigError(
-            f"{key}: {cls.__name__}({', '.join(f'{k}={v!r}' for k, v in args.items())}) failed: {exc}",
+            f"{key}: {cls.__name__}({', '.join(f'{k}={v!r}' for k, v in args.items())}) failed: {gist(exc)}.",
             f"check the arguments against https://keras.io/api/ for {cls.__name__}.",
         ) from None
 
@@ -91,7 +100,26 @@ def make_optimizer(spec: Any, lr_scale: float = 1.0) -> tuple[Any, float]:
     cls, args = _resolve("model.optimizer", "optimizer", spec, keras.optimizers, keras.optimizers.Optimizer)
     base = args.get("learning_rate")
     if base is None:
-        base = inspect.signature(cls).parameters["learning_rate"].default
+        param = inspect.signature(cls).parameters.get("learning_rate")
+        if param is None or param.default is inspect.Parameter.empty:
+            return _construct("model.optimizer", cls, args), float("nan")
+        base = param.default
+    if isinstance(base, bool) or (isinstance(base, (int, float)) and not base > 0):
+        raise ConfigError(
+            f"model.optimizer: learning_rate must be a number > 0. Received: {base!r}.",
+            "set e.g. learning_rate: 0.001.",
+        )
+    if isinstance(base, str):
+        try:
+            float(base)
+        except ValueError:
+            pass
+        else:
+            raise ConfigError(
+                f"model.optimizer: learning_rate {base!r} was read as text, not a number: YAML 1.1 reads "
+                "a number with an exponent only when it has a dot and a signed exponent.",
+                f"write {float(base)!r}, or with a dot and a sign, e.g. 1.0e-3 or 1.0e+2.",
+            )
     if not isinstance(base, (int, float)):
         if lr_scale != 1.0:
             raise ConfigError(
@@ -185,13 +213,25 @@ def _from_builder(cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: i
             f"model.builder: cannot import module '{module_name}' (received '{cfg.builder}'): {exc}.",
             "check the module name and that it is importable (on PYTHONPATH or installed).",
         ) from None
+    except Exception as exc:  # the module itself fails while it is imported
+        raise ConfigError(
+            f"model.builder: importing module '{module_name}' (received '{cfg.builder}') failed: "
+            f"{type(exc).__name__}: {gist(exc)}.",
+            f"fix the error in '{module_name}' (run with --debug for the traceback).",
+        ) from exc
     func = getattr(module, func_name, None)
     if not callable(func):
         raise ConfigError(
-            f"model.builder: module '{module_name}' has no function '{func_name}'.",
+            f"model.builder: module '{module_name}' has no function '{func_name}' (received '{cfg.builder}')."
+            if func is None else
+            f"model.builder: '{func_name}' in module '{module_name}' is a {type(func).__name__}, not a function "
+            f"(received '{cfg.builder}').",
             "name a function that returns a keras.Model, as 'package.module:function'.",
         )
-    params = inspect.signature(func).parameters
+    try:
+        params = inspect.signature(func).parameters
+    except (TypeError, ValueError):
+        params = {}
     takes_all = any(p.kind is p.VAR_KEYWORD for p in params.values())
     kwargs = dict(cfg.builder_args)
     for key, value in (("input_shape", input_shape), ("num_classes", num_classes)):
@@ -200,8 +240,13 @@ def _from_builder(cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: i
     try:
         model = func(**kwargs)
     except TypeError as exc:
-        raise ConfigError(f"model.builder: {cfg.builder}(**{kwargs}) failed: {exc}.",
+        raise ConfigError(f"model.builder: {cfg.builder}(**{kwargs}) failed: {gist(exc)}.",
                           "match model.builder_args to the function's parameters.") from None
+    except Exception as exc:  # the builder's own error
+        raise ConfigError(
+            f"model.builder: {cfg.builder}(**{kwargs}) raised {type(exc).__name__}: {gist(exc)}.",
+            "fix the builder function or model.builder_args (run with --debug for the traceback).",
+        ) from exc
     if not isinstance(model, keras.Model):
         raise ConfigError(
             f"model.builder: {cfg.builder} returned {type(model).__name__}, not a keras.Model.",
@@ -244,19 +289,97 @@ def build_model(cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int
         layers = [_layer(i, item) for i, item in enumerate(cfg.layers)]
         try:
             model = keras.Sequential([keras.Input(shape=input_shape), *layers])
-        except (ValueError, TypeError) as exc:
+        except Exception as exc:  # Keras raises ValueError, TypeError and others for shapes that do not fit
             raise ConfigError(
-                f"model.layers: the layers do not fit inputs of shape {input_shape}: {exc}",
+                f"model.layers: the layers do not fit inputs of shape {input_shape}: {gist(exc)}.",
                 "check each layer's expected input rank (e.g. add Flatten before Dense).",
             ) from None
-    out = model.output_shape
-    if isinstance(out, tuple) and out[-1] != num_classes:
+    try:
+        out = model.output_shape
+    except Exception as exc:  # e.g. a layer that produces no output
+        raise ConfigError(
+            f"model: the model has no usable output for inputs of shape {input_shape}: {gist(exc)}.",
+            f"end the model with a layer of {num_classes} units, e.g. Dense: {{units: {num_classes}, activation: softmax}}.",
+        ) from None
+    if not isinstance(out, tuple) or not all(isinstance(d, (int, type(None))) for d in out):
+        raise ConfigError(
+            f"model: the model has several outputs ({out}); tfgpu trains a classifier with one output of "
+            f"shape (batch, {num_classes}).",
+            "return a model with a single output layer.",
+        )
+    if len(out) != 2:
+        raise ConfigError(
+            f"model: the model outputs shape {out}, but a classifier of {num_classes} classes must output "
+            f"(batch, {num_classes}): one row of class scores per sample.",
+            "add Flatten (or GlobalAveragePooling2D) before the last Dense layer.",
+        )
+    if out[-1] != num_classes:
         raise ConfigError(
             f"model: the model outputs {out[-1]} values per sample (output shape {out}), "
             f"but the data has {num_classes} classes.",
             f"end the model with a layer of {num_classes} units, e.g. Dense: {{units: {num_classes}, activation: softmax}}.",
         )
     return model
+
+
+def check_fits(model: Any, loss_spec: Any, metric_specs: list[Any], x: Any, y: Any) -> None:
+    """Run the model, the loss and the metrics on a few samples before anything is written.
+
+    Catches a model that cannot take the data's inputs, and a loss or metric that
+    does not fit the labels and the model's outputs (e.g. ``categorical_crossentropy``,
+    which needs one-hot labels, with MNIST's integer labels), as a
+    :class:`ConfigError` instead of a failure inside the first training step.
+
+    Args:
+        model: the built model.
+        loss_spec, metric_specs: ``model.loss`` and ``model.metrics``.
+        x, y: a small batch as the pipeline makes it (float32 images with a channel axis, labels).
+    """
+    try:
+        pred = model(x, training=False)
+    except Exception as exc:
+        raise ConfigError(
+            f"model: the model cannot take the data's inputs (a batch of shape {tuple(x.shape)}, float32): "
+            f"{type(exc).__name__}: {gist(exc)}.",
+            "build the model for the input_shape tfgpu passes (the image shape with a channel axis).",
+        ) from None
+    shape = tuple(pred.shape)
+    name = _split_spec(loss_spec)[0]
+    try:
+        make_loss(loss_spec)(y, pred)
+    except ConfigError:
+        raise
+    except Exception as exc:
+        raise ConfigError(
+            f"model.loss: '{name}' does not fit the labels (integer classes, shape {tuple(y.shape)}) and the "
+            f"model's outputs (shape {shape}): {type(exc).__name__}: {gist(exc)}.",
+            "for integer class labels use sparse_categorical_crossentropy (categorical_crossentropy needs "
+            "one-hot labels).",
+        ) from None
+    for i, metric in enumerate(make_metrics(metric_specs, loss_spec)):
+        try:
+            metric.update_state(y, pred)
+        except Exception as exc:
+            raise ConfigError(
+                f"model.metrics[{i}]: '{_split_spec(metric_specs[i])[0]}' does not fit the labels (shape "
+                f"{tuple(y.shape)}) and the model's outputs (shape {shape}): {type(exc).__name__}: {gist(exc)}.",
+                "use a metric for integer class labels, e.g. accuracy or sparse_top_k_categorical_accuracy.",
+            ) from None
+
+
+def gist(exc: BaseException) -> str:
+    """The gist of an exception's message: TensorFlow's graph errors end with the real one."""
+    lines = [line.strip() for line in re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).splitlines() if line.strip()]
+    if not lines:
+        return type(exc).__name__
+    if "in user code:" in str(exc):
+        text = lines[-1]
+    elif lines[0].startswith("Exception encountered when calling") and len(lines) > 1:
+        text = lines[1]  # Keras: the layer's own message follows
+    else:
+        text = lines[0]
+    text = text.rstrip(".")
+    return text if len(text) <= 500 else text[:497] + "..."
 
 
 def describe_model(model: Any) -> dict[str, Any]:

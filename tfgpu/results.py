@@ -51,6 +51,38 @@ def create_run_dir(parent: str, name: str) -> Path:
     raise OutputError(f"output.dir: too many runs named {name}-{stamp} in '{parent}'.", "use another output.name.")
 
 
+def check_parent(parent: str) -> None:
+    """Fail early, writing nothing, when no run directory can be created under ``parent``.
+
+    Walks up to the nearest existing ancestor: it must be a directory this
+    process may write. (:func:`create_run_dir` still reports what this cannot
+    foresee, such as a full disk.)
+
+    Raises:
+        OutputError: an ancestor is a file, or the nearest existing one is not writable.
+    """
+    path = Path(parent).absolute()
+    for ancestor in (path, *path.parents):
+        try:
+            exists = ancestor.exists()
+        except OSError:
+            exists = False
+        if not exists:
+            continue
+        if not ancestor.is_dir():
+            what = "is" if ancestor == path else f"lies under '{ancestor}', which is"
+            raise OutputError(
+                f"output.dir: cannot create a run directory under '{parent}': it {what} a file, not a directory.",
+                "set output.dir (or --output-dir) to a directory, or move the file out of the way.",
+            )
+        if not os.access(ancestor, os.W_OK | os.X_OK):
+            raise OutputError(
+                f"output.dir: cannot create a run directory under '{parent}': '{ancestor}' is not writable.",
+                "set output.dir (or --output-dir) to a writable directory.",
+            )
+        return
+
+
 def write_atomic(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` via a temporary file and a rename."""
     tmp = path.with_name(f".{path.name}.tmp")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import platform
 import time
 from dataclasses import dataclass
@@ -10,7 +11,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from .config import Config, load_config
-from .errors import Interrupted, TfgpuError, TrainingError
+from .errors import Interrupted, OutputError, TfgpuError, TrainingError
 
 
 @dataclass(frozen=True)
@@ -54,14 +55,20 @@ def run(recipe: Optional[str], overrides: Sequence[str] = (), output_dir: Option
     extra = [f"output.dir={output_dir}"] if output_dir else []
     cfg = config if config is not None else load_config(recipe, overrides=[*overrides, *extra])
     from . import setup  # noqa: PLC0415
-    from .data import load_arrays, make_datasets  # noqa: PLC0415
+    from .data import DATA_DIR_ENV, load_arrays, make_datasets, sample_batch  # noqa: PLC0415
     from .model import require_model  # noqa: PLC0415
+    from .results import check_parent  # noqa: PLC0415
 
     require_model(cfg.model)
-    # setup() first: the data may come from the Keras download, and nothing may import
+    check_parent(cfg.output.dir)
+    # Local files are read first (NumPy only), so a data error comes before TensorFlow starts.
+    # The Keras download needs TensorFlow: then setup() first, as nothing may import
     # TensorFlow before the plan's environment is set.
+    local = cfg.data.path is not None or bool(os.environ.get(DATA_DIR_ENV))
+    arrays = load_arrays(cfg.data.name, cfg.data.path) if local else None
     info = setup(cfg)
-    arrays = load_arrays(cfg.data.name, cfg.data.path)
+    if arrays is None:
+        arrays = load_arrays(cfg.data.name, cfg.data.path)
     plan = info.plan
     for warning in plan.warnings:
         _say(f"warning: {warning}")
@@ -70,7 +77,7 @@ def run(recipe: Optional[str], overrides: Sequence[str] = (), output_dir: Option
     import tensorflow as tf  # noqa: PLC0415
 
     from .loops import epoch_stats_callback, progress_mode  # noqa: PLC0415
-    from .model import build_model, describe_model, make_loss, make_metrics, make_optimizer  # noqa: PLC0415
+    from .model import build_model, check_fits, describe_model, gist, make_loss, make_metrics, make_optimizer  # noqa: PLC0415
     from .results import create_run_dir, write_atomic, write_json  # noqa: PLC0415
 
     strategy = info.strategy
@@ -94,6 +101,10 @@ def run(recipe: Optional[str], overrides: Sequence[str] = (), output_dir: Option
             # the custom loop uses its own step, not compile's.
             model.compile(optimizer=optimizer, loss=make_loss(cfg.model.loss),
                           metrics=make_metrics(cfg.model.metrics, cfg.model.loss))
+
+    # A loss or metric that does not fit the labels fails here, as a configuration error, before
+    # anything is written, rather than inside the first training step.
+    check_fits(model, cfg.model.loss, cfg.model.metrics, *sample_batch(arrays))
 
     train_ds, val_ds = make_datasets(arrays, global_batch, cfg.data.shuffle_buffer, cfg.tensorflow.seed, cfg.data.cache)
     samples = len(arrays.x_train)
@@ -166,8 +177,12 @@ def run(recipe: Optional[str], overrides: Sequence[str] = (), output_dir: Option
                          cfg.train.epochs, steps, callbacks, progress, jit_compile=summary["jit_compile"] is True)
         if cfg.output.save_model:
             tmp = run_dir / ".model.tmp.keras"
-            model.save(tmp)
-            tmp.replace(run_dir / "model.keras")
+            try:
+                model.save(tmp)
+                tmp.replace(run_dir / "model.keras")
+            except OSError as exc:
+                raise OutputError(f"cannot write {run_dir / 'model.keras'}: {exc.strerror or exc}.",
+                                  "check the disk space and permissions; the run's metrics are kept.") from None
     except KeyboardInterrupt:
         _finish(summary, stats.rows, "interrupted", started, run_dir)
         raise Interrupted(
@@ -181,7 +196,7 @@ def run(recipe: Optional[str], overrides: Sequence[str] = (), output_dir: Option
     except Exception as exc:  # TensorFlow's errors (OOM, bad shapes, ...) during training
         _finish(summary, stats.rows, "failed", started, run_dir, f"{type(exc).__name__}: {exc}")
         raise TrainingError(
-            f"training failed in epoch {len(stats.rows) + 1}: {type(exc).__name__}: {str(exc).strip()[:2000]}",
+            f"training failed in epoch {len(stats.rows) + 1}: {type(exc).__name__}: {gist(exc)}.",
             f"{run_dir} keeps what was written; run with --debug for the traceback.",
         ) from exc
     _finish(summary, stats.rows, "completed", started, run_dir)

@@ -1,0 +1,645 @@
+"""Bad input, everywhere: a catalogue of what a user can get wrong and what they see.
+
+Every case asserts what a user notices: the error class and exit code (3 config, 4 device,
+5 data, 6 TensorFlow already initialised, 7 training, 8 output, 130 interrupted), and the
+fragments of the one-paragraph message that name the key (or file), the value received,
+what is allowed, and the fix. Command-line cases also check that no traceback is printed
+and that nothing the user had is lost.
+
+Fast cases call tfgpu in-process (loading, planning and reading data import no
+TensorFlow). Model cases share one subprocess that imports TensorFlow once; anything that
+configures TensorFlow or trains runs in its own subprocess.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from tfgpu.config import load_config
+from tfgpu.data import IDX_FILES, load_arrays
+from tfgpu.errors import ConfigError, DataError, DeviceError, TfgpuError
+from tfgpu.model import require_model
+from tfgpu.plan import make_plan
+from tfgpu.probe import GpuInfo, Probe
+
+from .conftest import ROOT, child_env, run_cli, run_python
+from .test_data import idx_bytes, make_idx_dir
+
+RECIPE = "recipes/mnist.yaml"
+TWO_GPUS = Probe(gpus=(GpuInfo(0, "Fake GPU 0", 16384, "GPU-0000", 0), GpuInfo(1, "Fake GPU 1", 16384, "GPU-0001", 1)))
+NO_TOTAL = Probe(gpus=(GpuInfo(0, "Fake GPU without NVML memory", None),))
+GOOD_LAYERS = "[Flatten, {Dense: {units: 10, activation: softmax}}]"
+
+
+def one_paragraph(text: str) -> None:
+    """A message a user can read at once: not empty, no blank line, no traceback."""
+    assert text.strip(), "empty message"
+    assert "\n\n" not in text.strip(), f"more than one paragraph:\n{text}"
+    assert "Traceback" not in text, text
+
+
+def check(exc: TfgpuError, cls: type, code: int, fragments: list[str]) -> None:
+    assert isinstance(exc, cls), f"{type(exc).__name__} is not {cls.__name__}: {exc}"
+    assert exc.exit_code == code
+    text = str(exc)
+    one_paragraph(exc.message)
+    assert exc.hint, f"no fix given:\n{text}"
+    for part in fragments:
+        assert part in text, f"{part!r} not in:\n{text}"
+
+
+def cli_error(result: subprocess.CompletedProcess, code: int, fragments: list[str]) -> str:
+    """The command's exit code, its error paragraph (from 'tfgpu: <kind>:' on) and no traceback."""
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert result.returncode == code, f"exit {result.returncode}, not {code}:\n{result.stderr[-3000:]}"
+    start = result.stderr.rfind("\ntfgpu: ") + 1
+    paragraph = result.stderr[start:]
+    assert paragraph.startswith("tfgpu: ") and "Fix: " in paragraph, result.stderr[-3000:]
+    one_paragraph(paragraph)
+    for part in fragments:
+        assert part in paragraph, f"{part!r} not in:\n{paragraph}"
+    return paragraph
+
+
+def write(tmp_path: Path, text: str | bytes, name: str = "recipe.yaml") -> Path:
+    path = tmp_path / name
+    path.write_bytes(text if isinstance(text, bytes) else text.encode("utf-8"))
+    return path
+
+
+# --------------------------------------------------------------------------- YAML files
+
+FILE_CASES = [
+    # YAML syntax: the file, the line (and where the unclosed thing began)
+    pytest.param("train:\n  epochs: 3\nmodel:\n  layers: [Flatten, {Dense: {units: 10}}\noutput:\n  name: x\n",
+                 ["recipe.yaml:5:1", "not valid YAML", "flow sequence that began at line 4", "Fix: fix the syntax"],
+                 id="yaml-unclosed-bracket-names-both-lines"),
+    pytest.param("train:\n  epochs: 3\n  loop fit\n  batch_size_per_replica: 8\n",
+                 ["recipe.yaml:4", "could not find expected ':'", "began at line 3"], id="yaml-missing-colon"),
+    pytest.param("train:\n\tepochs: 3\n", ["recipe.yaml:2:1", "'\\t'", "not valid YAML"], id="yaml-tab-indent"),
+    pytest.param("output:\n  name: 'run\n", ["recipe.yaml:", "quoted scalar that began at line 2"],
+                 id="yaml-unclosed-quote"),
+    pytest.param("train:\n  epochs: 3\x00\n", ["recipe.yaml:2", "#x0000", "not allowed in a YAML file"],
+                 id="yaml-nul-character"),
+    pytest.param("train: {epochs: 1}\n---\ntrain: {epochs: 2}\n", ["recipe.yaml:2", "single document"],
+                 id="yaml-two-documents"),
+    # the top level is not a mapping
+    pytest.param("42\n", ["recipe.yaml", "top level must be a mapping", "Received: 42 (int)"], id="top-level-scalar"),
+    pytest.param("mnist recipe\n", ["top level must be a mapping", "Received: 'mnist recipe' (str)"],
+                 id="top-level-text"),
+    pytest.param("- train: {epochs: 1}\n- devices: {memory_growth: true}\n",
+                 ["top level must be a mapping", "(list)", "not a list"], id="top-level-list-of-sections"),
+    pytest.param("", ["recipe.yaml", "the file is empty", "give no config file to use the defaults"],
+                 id="empty-file"),
+    pytest.param("# devices:\n#   memory_growth: true\n", ["the file is empty (or holds only comments)"],
+                 id="comments-only-file"),
+    # unknown keys, with did-you-mean and the allowed keys
+    pytest.param("trian:\n  epochs: 1\n", ["recipe.yaml:1", "unknown key 'trian'", "Did you mean 'train'?"],
+                 id="unknown-top-level-key"),
+    pytest.param("model:\n  layers: " + GOOD_LAYERS + "\n  optimiser: adam\n",
+                 ["recipe.yaml:3", "unknown key 'model.optimiser'", "Did you mean 'model.optimizer'?"],
+                 id="unknown-nested-key"),
+    pytest.param("data:\n  zzz: 1\n", ["unknown key 'data.zzz'", "Allowed keys here: name, path, shuffle_buffer, cache"],
+                 id="unknown-key-lists-allowed"),
+    # wrong types
+    pytest.param("train:\n  batch_size_per_replica: big\n",
+                 ["recipe.yaml:2", "'train.batch_size_per_replica'", "valid integer", "Received: 'big' (str)"],
+                 id="string-for-int"),
+    pytest.param("train:\n  epochs: '3'\n", ["'train.epochs'", "Received: '3' (str)"], id="quoted-number-for-int"),
+    pytest.param("train:\n  epochs: 2.5\n", ["'train.epochs'", "Received: 2.5 (float)"], id="float-for-int"),
+    pytest.param("data:\n  cache: [true]\n", ["'data.cache'", "valid boolean", "Received: [True] (list)"],
+                 id="list-for-bool"),
+    pytest.param("devices:\n  soft_placement: 'yes'\n", ["'devices.soft_placement'", "Received: 'yes' (str)"],
+                 id="quoted-yes-for-bool"),
+    pytest.param("data:\n  path: [a, b]\n", ["'data.path'", "valid string", "Received: ['a', 'b'] (list)"],
+                 id="list-for-path"),
+    pytest.param("train: 3\n", ["'train' must be a mapping of its keys", "epochs", "Received: 3 (int)"],
+                 id="scalar-for-section"),
+    pytest.param("train:\n", ["'train' must be a mapping", "an empty section"], id="empty-section"),
+    pytest.param("train:\n  1: 2\n", ["'train': keys must be text", "Received the key 1 (int)"], id="number-as-key"),
+    pytest.param("? [a, b]\n: 1\n", ["recipe.yaml:1", "a key must be plain text"], id="list-as-key"),
+    pytest.param("model:\n  metrics: accuracy\n", ["'model.metrics'", "expected a list of metric names"],
+                 id="metrics-not-a-list"),
+    # bare YAML words read as booleans (or dates) where text is expected
+    pytest.param("train:\n  progress: off\n",
+                 ["'train.progress'", "Received: False (bool)", "quote it ('off')", "'auto', 'bar', 'epoch' or 'none'"],
+                 id="bare-off-is-a-boolean"),
+    pytest.param("distribute:\n  strategy: no\n", ["'distribute.strategy'", "Received: False (bool)", "quote it ('no')"],
+                 id="bare-no-is-a-boolean"),
+    pytest.param("output:\n  name: yes\n", ["'output.name'", "Received: True (bool)", "quote it ('yes')"],
+                 id="bare-yes-is-a-boolean"),
+    pytest.param("output:\n  name: 2024-01-01\n", ["'output.name'", "(date)", "quote it"], id="bare-date-for-text"),
+    # out of range
+    pytest.param("train:\n  epochs: -1\n", ["'train.epochs'", "greater than or equal to 1", "Received: -1 (int)"],
+                 id="negative-epochs"),
+    pytest.param("train:\n  batch_size_per_replica: 0\n",
+                 ["'train.batch_size_per_replica'", "greater than or equal to 1", "Received: 0 (int)"],
+                 id="zero-batch-size"),
+    pytest.param("devices:\n  memory_fraction: -0.25\n", ["'devices.memory_fraction'", "greater than 0", "-0.25"],
+                 id="negative-memory-fraction"),
+    pytest.param("devices:\n  memory_limit_mib: 0\n", ["'devices.memory_limit_mib'", "greater than 0", "Received: 0 (int)"],
+                 id="zero-memory-limit"),
+    pytest.param("data:\n  shuffle_buffer: 0\n", ["'data.shuffle_buffer'", "greater than or equal to 1"],
+                 id="zero-shuffle-buffer"),
+    # unknown choices
+    pytest.param("distribute:\n  strategy: multi_worker_mirrored\n",
+                 ["'distribute.strategy'", "'auto', 'mirrored', 'one_device' or 'default'", "'multi_worker_mirrored'"],
+                 id="unknown-strategy"),
+    pytest.param("distribute:\n  cross_device_ops: ring\n",
+                 ["'distribute.cross_device_ops'", "'auto', 'nccl', 'hierarchical_copy' or 'reduce_to_one_device'",
+                  "Received: 'ring' (str)"], id="unknown-cross-device-ops"),
+    pytest.param("tensorflow:\n  jit_compile: xla\n",
+                 ["'tensorflow.jit_compile'", "expected auto, true or false", "Received: 'xla' (str)"],
+                 id="unknown-jit-compile"),
+    pytest.param("tensorflow:\n  mixed_precision: fp16\n", ["'tensorflow.mixed_precision'", "'mixed_float16'"],
+                 id="unknown-mixed-precision"),
+    pytest.param("model:\n  builder: tests.builders\n",
+                 ["'model.builder'", "is not 'package.module:function'", "Received: 'tests.builders' (str)"],
+                 id="builder-without-colon"),
+    pytest.param("model:\n  layers: " + GOOD_LAYERS + "\n  builder: tests.builders:small_cnn\n",
+                 ["'model'", "both layers and builder are set"], id="layers-and-builder"),
+    pytest.param("distribute:\n  devices: [/gpu:0, GPU:0]\n", ["'distribute.devices'", "listed twice"],
+                 id="same-device-twice"),
+    # duplicate keys (YAML would keep the last one silently)
+    pytest.param("devices:\n  memory_growth: true\ntrain:\n  epochs: 1\ndevices:\n  visible_gpus: none\n",
+                 ["recipe.yaml:5", "key 'devices' appears twice (first at line 1)", "delete one"],
+                 id="duplicate-section"),
+    pytest.param("model:\n  builder_args: {filters: 4, filters: 8}\n",
+                 ["key 'model.builder_args.filters' appears twice"], id="duplicate-nested-key"),
+    # Python tags
+    pytest.param("train: !!python/name:os.system\n", ["recipe.yaml:1", "tag is not allowed", "safe_load"],
+                 id="python-name-tag"),
+    pytest.param("output:\n  name: !!python/object/new:str ['x']\n", ["tag is not allowed"], id="python-object-new-tag"),
+    # an alias inside its own anchor
+    pytest.param("model:\n  builder: tests.builders:small_cnn\n  builder_args: &args {filters: 4, again: *args}\n",
+                 ["recipe.yaml:3", "'model.builder_args.again' contains itself", "replace the alias"],
+                 id="value-that-contains-itself"),
+]
+
+
+@pytest.mark.parametrize("text, fragments", FILE_CASES)
+def test_bad_yaml_files(tmp_path, text, fragments):
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, text))
+    check(info.value, ConfigError, 3, fragments)
+
+
+def test_python_object_tag_runs_nothing(tmp_path):
+    marker = tmp_path / "pwned"
+    path = write(tmp_path, f"model:\n  builder: !!python/object/apply:os.system ['touch {marker}']\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    check(info.value, ConfigError, 3, ["recipe.yaml:2", "python/object/apply:os.system", "tag is not allowed"])
+    assert not marker.exists()
+
+
+def test_deeply_nested_yaml_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, "train: " + "[" * 5000 + "]" * 5000 + "\n"))
+    check(info.value, ConfigError, 3, ["recipe.yaml", "nested too deeply"])
+
+
+def test_alias_bomb_is_refused_quickly(tmp_path):
+    """Nested aliases (the 'billion laughs') under a key that takes any value: refused, not expanded."""
+    lines = ["model:", "  builder: tests.builders:small_cnn", "  builder_args:", "    a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"    a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 9)]
+    started = time.perf_counter()
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, "\n".join(lines) + "\n"), overrides=["train.epochs=1"])
+    assert time.perf_counter() - started < 5
+    check(info.value, ConfigError, 3, ["recipe.yaml", "expands to 1,234,567,905 values", "aliases nested in aliases"])
+
+
+@pytest.mark.parametrize("make, fragments", [
+    pytest.param(lambda d: d, ["is a directory, not a YAML config file", "name a .yaml file"], id="directory-as-recipe"),
+    pytest.param(lambda d: write(d, b"train:\n  epochs: \xff\xfe\n"), ["cannot be read", "utf-8"], id="not-utf8"),
+    pytest.param(lambda d: 42, ["must be a YAML file path, a dict or a tfgpu.Config", "Received: 42 (int)"],
+                 id="number-instead-of-a-path"),
+])
+def test_bad_config_sources(tmp_path, make, fragments):
+    with pytest.raises(ConfigError) as info:
+        load_config(make(tmp_path))
+    check(info.value, ConfigError, 3, fragments)
+
+
+# --------------------------------------------------------------------------- dicts and --set
+
+OVERRIDE_CASES = [
+    pytest.param(["train.epochs"], ["--set 'train.epochs'", "expected 'section.key=value'", "e.g. --set train.epochs=3"],
+                 id="set-without-equals"),
+    pytest.param(["=3"], ["--set '=3'", "expected 'section.key=value'"], id="set-empty-key"),
+    pytest.param(["train..epochs=3"], ["--set 'train..epochs=3'", "expected 'section.key=value'"],
+                 id="set-empty-path-part"),
+    pytest.param(["trainer.epochs=3"], ["--set trainer.epochs=3: unknown key 'trainer'", "Did you mean 'train'?"],
+                 id="set-unknown-section"),
+    pytest.param(["train.epochs=[1"], ["--set 'train.epochs=[1'", "is not valid YAML", "quote text values"],
+                 id="set-value-not-yaml"),
+    pytest.param(["devices=3"], ["--set devices=3: 'devices' must be a mapping of its keys", "memory_growth"],
+                 id="set-section-to-a-value"),
+    pytest.param(["devices.memory_fraction=1.5"],
+                 ["--set devices.memory_fraction=1.5", "less than or equal to 1", "Received: 1.5 (float)"],
+                 id="set-memory-fraction-above-1"),
+    pytest.param(["devices.visible_gpus=[1, 0, 1]"], ["'devices.visible_gpus'", "GPU index 1 is listed twice"],
+                 id="set-duplicate-gpu-index"),
+    pytest.param(["distribute.strategy=off"], ["'distribute.strategy'", "quote it ('off')"], id="set-bare-off"),
+    pytest.param(["output.name=../escape"], ["'output.name'", "may only hold letters, digits", "'../escape'"],
+                 id="set-output-name-with-slash"),
+    pytest.param(["train.epochs=1\n\n2"], ["--set 'train.epochs=1\\n\\n2'", "'train.epochs'"],
+                 id="set-value-with-newlines-stays-one-paragraph"),
+    pytest.param(["train.epochs=!!python/object/apply:os.system ['echo hi']"],
+                 ["--set", "python/object/apply:os.system", "not valid YAML"], id="set-python-tag"),
+]
+
+
+@pytest.mark.parametrize("overrides, fragments", OVERRIDE_CASES)
+def test_bad_overrides(overrides, fragments):
+    with pytest.raises(ConfigError) as info:
+        load_config({"train": {"epochs": 2}}, overrides=overrides)
+    check(info.value, ConfigError, 3, fragments)
+
+
+DICT_CASES = [
+    pytest.param({"devices": {"memory_fraction": 0}}, {}, ["config dict", "'devices.memory_fraction'", "greater than 0"],
+                 id="dict-memory-fraction-0"),
+    pytest.param({"devices": {"visible_gpus": [0, -2]}}, {}, ["'devices.visible_gpus'", "integer >= 0", "[0, -2]"],
+                 id="dict-negative-gpu-index"),
+    pytest.param({"train": {"epochs": float("nan")}}, {}, ["'train.epochs'", "Received: nan (float)"], id="dict-nan"),
+    pytest.param({"model": {"builder_args": {1: "x"}}}, {}, ["'model.builder_args': keys must be text"],
+                 id="dict-number-key"),
+    pytest.param({}, {"devices": {"memory_growht": False}},
+                 ["setup() keyword argument", "unknown key 'devices.memory_growht'", "Did you mean 'devices.memory_growth'?"],
+                 id="setup-keyword-typo"),
+]
+
+
+@pytest.mark.parametrize("source, sections, fragments", DICT_CASES)
+def test_bad_dicts(source, sections, fragments):
+    with pytest.raises(ConfigError) as info:
+        load_config(source, **sections)
+    check(info.value, ConfigError, 3, fragments)
+
+
+def test_recipe_without_a_model_in_process():
+    with pytest.raises(ConfigError) as info:
+        require_model(load_config({"train": {"epochs": 1}}).model)
+    check(info.value, ConfigError, 3, ["defines no model", "model.layers", "model.builder"])
+
+
+# --------------------------------------------------------------------------- devices (a faked machine)
+
+DEVICE_CASES = [
+    pytest.param(TWO_GPUS, {"devices": {"visible_gpus": [3]}},
+                 ["devices.visible_gpus: GPU index 3 was requested (received [3])", "2 GPUs (indices 0-1)", "'none'"],
+                 id="gpu-3-of-2"),
+    pytest.param(TWO_GPUS, {"devices": {"visible_gpus": [0, 2]}}, ["GPU index 2", "received [0, 2]"],
+                 id="gpu-list-past-the-end"),
+    pytest.param(TWO_GPUS, {"distribute": {"devices": ["/gpu:2"]}},
+                 ["distribute.devices: /gpu:2 was requested", "/cpu:0, /gpu:0, /gpu:1", "make more GPUs visible"],
+                 id="strategy-device-missing"),
+    pytest.param(TWO_GPUS, {"distribute": {"devices": ["/cpu:0", "/cpu:1"]}},
+                 ["distribute.devices: /cpu:1 was requested", "devices.cpu_logical_devices"],
+                 id="strategy-cpu-without-split"),
+    pytest.param(TWO_GPUS, {"distribute": {"strategy": "one_device", "devices": ["/gpu:0", "/gpu:1"]}},
+                 ["one_device takes exactly one device", "strategy: mirrored"], id="one-device-with-two"),
+    pytest.param(TWO_GPUS, {"devices": {"memory_limit_mib": 20000}},
+                 ["devices.memory_limit_mib: 20000 MiB is more than GPU 0", "16384 MiB", "at most 16384"],
+                 id="limit-above-gpu-memory"),
+    pytest.param(TWO_GPUS, {"devices": {"memory_limit_mib": 100, "gpu_logical_devices": 4}},
+                 ["25 MiB", "less than the 64 MiB", "lower devices.gpu_logical_devices"], id="split-too-small"),
+    pytest.param(NO_TOTAL, {"devices": {"memory_fraction": 0.5}},
+                 ["devices.memory_fraction: 0.5", "NVML could not report", "devices.memory_limit_mib"],
+                 id="fraction-without-known-memory"),
+]
+
+
+@pytest.mark.parametrize("machine, config, fragments", DEVICE_CASES)
+def test_device_requests_this_machine_cannot_satisfy(machine, config, fragments):
+    with pytest.raises(DeviceError) as info:
+        make_plan(load_config(config), machine)
+    check(info.value, DeviceError, 4, fragments)
+
+
+# --------------------------------------------------------------------------- data files
+
+def _npz(tmp_path: Path, **replace) -> Path:
+    arrays = make_idx_dir(tmp_path / "scratch")
+    arrays.update(replace)
+    np.savez(tmp_path / "data.npz", **arrays)
+    return tmp_path / "data.npz"
+
+
+def _bad_magic(tmp_path: Path) -> Path:
+    make_idx_dir(tmp_path, gz=False)
+    (tmp_path / "t10k-labels-idx1-ubyte").write_bytes(idx_bytes(np.zeros(5, np.uint8), 1234))
+    return tmp_path
+
+
+def _truncated_gzip(tmp_path: Path) -> Path:
+    make_idx_dir(tmp_path)
+    path = tmp_path / "train-images-idx3-ubyte.gz"
+    path.write_bytes(path.read_bytes()[:-30])
+    return tmp_path
+
+
+def _test_count_mismatch(tmp_path: Path) -> Path:
+    make_idx_dir(tmp_path)
+    (tmp_path / "t10k-images-idx3-ubyte.gz").write_bytes(
+        gzip.compress(idx_bytes(np.zeros((4, 28, 28), np.uint8), IDX_FILES["x_test"][1])))
+    return tmp_path
+
+
+def _text_as_npz(tmp_path: Path) -> Path:
+    (tmp_path / "mnist.npz").write_text("x_train,y_train\n1,2\n")
+    return tmp_path / "mnist.npz"
+
+
+DATA_CASES = [
+    pytest.param(lambda d: "~no_such_user_tfgpu/mnist.npz", ["data.path: '~no_such_user_tfgpu/mnist.npz' does not exist"],
+                 id="path-with-unknown-user"),
+    pytest.param(_bad_magic, ["t10k-labels-idx1-ubyte has magic number 1234; labels files have 2049", "names may be swapped"],
+                 id="idx-wrong-magic"),
+    pytest.param(_truncated_gzip, ["cannot read IDX file", "train-images-idx3-ubyte.gz", "re-download"],
+                 id="idx-truncated-gzip"),
+    pytest.param(_test_count_mismatch, ["4 test images but 5 test labels", "counts must match"],
+                 id="test-image-label-count-mismatch"),
+    pytest.param(lambda d: _only(d / "other.npz", "x"),
+                 ["lacks the array(s) x_train, y_train, x_test, y_test; it holds x", "Keras-layout mnist.npz"],
+                 id="npz-without-the-arrays"),
+    pytest.param(_text_as_npz, ["cannot read", "as a .npz file: it is not a zip archive"], id="text-file-as-npz"),
+    pytest.param(lambda d: _npz(d, y_train=np.arange(12) - 1), ["y_train holds the label value -1", "0 to 9"],
+                 id="negative-label"),
+    pytest.param(lambda d: _npz(d, y_test=np.full(5, 10, np.uint8)), ["a label is 10; mnist has classes 0-9"],
+                 id="label-out-of-range"),
+    pytest.param(lambda d: _npz(d, x_train=np.full((12, 28, 28), 0.5)),
+                 ["x_train holds the pixel value 0.5", "0 to 255", "scaled to [0, 1]"], id="images-already-scaled"),
+    pytest.param(lambda d: _npz(d, y_train=np.array(list("abcdefghijkl"))), ["y_train holds <U1 values"],
+                 id="text-labels"),
+    pytest.param(lambda d: _npz(d, x_train=np.zeros((12, 28, 28, 1), np.uint8)),
+                 ["x_train has shape (12, 28, 28, 1)", "expected (N, rows, cols)"], id="images-with-channel-axis"),
+]
+
+
+def _only(path: Path, key: str) -> Path:
+    np.savez(path, **{key: np.zeros(2)})
+    return path
+
+
+@pytest.mark.parametrize("make, fragments", DATA_CASES)
+def test_bad_data_files(tmp_path, make, fragments):
+    with pytest.raises(DataError) as info:
+        load_arrays("mnist", str(make(tmp_path)))
+    check(info.value, DataError, 5, fragments)
+
+
+# --------------------------------------------------------------------------- models (one TensorFlow process)
+
+MODEL_CASES = [
+    pytest.param(f"layers: [Maxpooling2D, {GOOD_LAYERS[1:]}",
+                 ["model.layers[0]: 'Maxpooling2D' is not a Keras layer", "Did you mean 'MaxPooling2D'?", "keras.layers"],
+                 id="unknown-layer"),
+    pytest.param(f"layers: {GOOD_LAYERS}\noptimizer: adamm",
+                 ["model.optimizer: 'adamm' is not a Keras optimizer", "Did you mean 'adam'?"], id="unknown-optimizer"),
+    pytest.param(f"layers: {GOOD_LAYERS}\nloss: sparse_categorical_crossentropi",
+                 ["model.loss", "Did you mean 'sparse_categorical_crossentropy'?"], id="unknown-loss"),
+    pytest.param(f"layers: {GOOD_LAYERS}\nmetrics: [acurracy]",
+                 ["model.metrics[0]: 'acurracy' is not a Keras metric", "Did you mean 'accuracy'?"], id="unknown-metric"),
+    pytest.param("layers: [Flatten, {Dense: {unitz: 10}}]",
+                 ["model.layers[1] (Dense): Dense(unitz=10) failed", "'units'", "keras.io/api"], id="layer-bad-argument"),
+    pytest.param("layers: [{Conv3D: {filters: 4, kernel_size: 3}}, Flatten, {Dense: {units: 10}}]",
+                 ["model.layers: the layers do not fit inputs of shape (28, 28, 1)", "conv3d", "expected min_ndim=5"],
+                 id="layer-cannot-take-28x28x1"),
+    pytest.param("layers: [{Conv2D: {filters: 4, kernel_size: 40}}, Flatten, {Dense: {units: 10}}]",
+                 ["do not fit inputs of shape (28, 28, 1)", "zero or negative"], id="kernel-larger-than-the-image"),
+    pytest.param("layers: [{Dense: {units: 10, activation: softmax}}]",
+                 ["outputs shape (None, 28, 28, 10)", "must output (batch, 10)", "add Flatten"], id="output-not-flattened"),
+    pytest.param("layers: [Flatten, {Dense: {units: 3}}]",
+                 ["model outputs 3 values per sample", "10 classes", "units: 10"], id="final-layer-wrong-width"),
+    pytest.param("builder: tfgpu_no_such_module:build",
+                 ["model.builder: cannot import module 'tfgpu_no_such_module'", "PYTHONPATH"], id="builder-module-missing"),
+    pytest.param("builder: tests.builders:big_cnn",
+                 ["model.builder: module 'tests.builders' has no function 'big_cnn'"], id="builder-function-missing"),
+    pytest.param("builder: tests.builders:keras",
+                 ["'keras' in module 'tests.builders' is a module, not a function"], id="builder-not-a-function"),
+    pytest.param("builder: bad_builders:boom",
+                 ["model.builder: bad_builders:boom", "raised RuntimeError: the builder broke"], id="builder-raises"),
+    pytest.param("builder: broken_builders:build",
+                 ["importing module 'broken_builders'", "ZeroDivisionError"], id="builder-module-fails-on-import"),
+    pytest.param("builder: builtins:dict", ["builtins:dict returned dict, not a keras.Model"],
+                 id="builder-returns-non-model"),
+    pytest.param("builder: tests.builders:small_cnn\nbuilder_args: {filterz: 4}",
+                 ["unexpected keyword argument 'filterz'", "match model.builder_args"], id="builder-bad-argument"),
+    pytest.param("builder: tests.builders:small_cnn\nbuilder_args: {num_classes: 4}",
+                 ["model outputs 4 values per sample", "10 classes"], id="builder-wrong-class-count"),
+    pytest.param("builder: bad_builders:two_heads", ["several outputs", "single output"], id="builder-two-outputs"),
+    pytest.param("builder: bad_builders:cifar_shaped",
+                 ["cannot take the data's inputs", "(2, 28, 28, 1)", "expected axis -1 of input shape to have value 3072"],
+                 id="builder-ignores-input-shape"),
+    pytest.param(f"layers: {GOOD_LAYERS}\nloss: categorical_crossentropy",
+                 ["model.loss: 'categorical_crossentropy' does not fit the labels", "(2, 10)",
+                  "use sparse_categorical_crossentropy"], id="loss-needs-one-hot-labels"),
+    pytest.param(f"layers: {GOOD_LAYERS}\nmetrics: [auc]", ["model.metrics[0]: 'auc' does not fit the labels"],
+                 id="metric-does-not-fit"),
+    pytest.param(f"layers: {GOOD_LAYERS}\noptimizer: {{name: sgd, learning_rate: 1.0e12}}",
+                 ["learning_rate '1.0e12' was read as text", "1000000000000.0"], id="learning-rate-read-as-text"),
+    pytest.param(f"layers: {GOOD_LAYERS}\noptimizer: {{name: adam, learning_rate: -0.1}}",
+                 ["learning_rate must be a number > 0", "Received: -0.1"], id="negative-learning-rate"),
+    pytest.param(f"layers: {GOOD_LAYERS}\noptimizer: {{name: adam, learning_rat: 0.1}}",
+                 ["Adam(learning_rat=0.1", "not recognized"], id="optimizer-bad-argument"),
+]
+
+BAD_BUILDERS = '''
+import keras
+
+def boom(input_shape, num_classes):
+    raise RuntimeError("the builder broke")
+
+def two_heads(input_shape, num_classes):
+    x = keras.Input(shape=input_shape)
+    f = keras.layers.Flatten()(x)
+    return keras.Model(x, [keras.layers.Dense(num_classes)(f), keras.layers.Dense(num_classes)(f)])
+
+def cifar_shaped(**kwargs):
+    return keras.Sequential([keras.Input(shape=(32, 32, 3)), keras.layers.Flatten(), keras.layers.Dense(10)])
+'''
+
+MODEL_SCRIPT = '''
+import json, sys, traceback
+import numpy as np, yaml
+from tfgpu.config import load_config
+from tfgpu.errors import TfgpuError
+from tfgpu.model import build_model, check_fits, make_optimizer
+
+x = np.zeros((2, 28, 28, 1), np.float32)
+y = np.array([3, 4], np.uint8)
+for case_id, text in json.loads(sys.argv[1]).items():
+    try:
+        cfg = load_config({"model": yaml.safe_load(text)})
+        model = build_model(cfg.model, (28, 28, 1), 10)
+        make_optimizer(cfg.model.optimizer)
+        check_fits(model, cfg.model.loss, cfg.model.metrics, x, y)
+        out = {"cls": None}
+    except TfgpuError as exc:
+        out = {"cls": type(exc).__name__, "code": exc.exit_code, "message": exc.message, "hint": exc.hint}
+    except BaseException as exc:
+        out = {"cls": "raw " + type(exc).__name__, "message": traceback.format_exc()}
+    print("CASE", json.dumps({case_id: out}), flush=True)
+'''
+
+
+@pytest.fixture(scope="module")
+def model_results(tmp_path_factory):
+    """Every model case, built in one subprocess that imports TensorFlow once."""
+    modules = tmp_path_factory.mktemp("builders")
+    (modules / "bad_builders.py").write_text(BAD_BUILDERS)
+    (modules / "broken_builders.py").write_text("RATIO = 1 / 0\n\ndef build(**kwargs):\n    pass\n")
+    cases = {p.id: p.values[0] for p in MODEL_CASES}
+    result = subprocess.run([sys.executable, "-c", MODEL_SCRIPT, json.dumps(cases)], capture_output=True, text=True,
+                            timeout=300, cwd=ROOT,
+                            env=child_env(PYTHONPATH=f"{modules}{os.pathsep}{ROOT}", TF_CPP_MIN_LOG_LEVEL="3"))
+    found = {}
+    for line in result.stdout.splitlines():
+        if line.startswith("CASE "):
+            found.update(json.loads(line[5:]))
+    assert len(found) == len(cases), f"exit {result.returncode}\n{result.stderr[-4000:]}"
+    return found
+
+
+@pytest.mark.parametrize("text, fragments", MODEL_CASES)
+def test_bad_models(model_results, request, text, fragments):
+    got = model_results[request.node.callspec.id]
+    assert got["cls"] == "ConfigError", got.get("message")
+    assert got["code"] == 3 and got["hint"]
+    one_paragraph(got["message"])
+    text = f"{got['message']}\nFix: {got['hint']}"
+    for part in fragments:
+        assert part in text, f"{part!r} not in:\n{text}"
+
+
+# --------------------------------------------------------------------------- the command line
+
+def test_cli_yaml_syntax_error(tmp_path):
+    recipe = write(tmp_path, "model:\n  layers: [Flatten\ntrain:\n  epochs: 1\n")
+    cli_error(run_cli("run", str(recipe), "--output-dir", str(tmp_path / "runs")), 3,
+              ["tfgpu: configuration error:", "recipe.yaml:3:6", "flow sequence that began at line 2"])
+    assert not (tmp_path / "runs").exists()
+
+
+def test_cli_missing_recipe(tmp_path):
+    cli_error(run_cli("plan", str(tmp_path / "mnsit.yaml")), 3,
+              ["the config file", "mnsit.yaml' does not exist", "Fix: check the path"])
+
+
+@pytest.mark.parametrize("args, fragments", [
+    pytest.param(["--set", "train.epochs"], ["--set 'train.epochs': expected 'section.key=value'"], id="no-equals"),
+    pytest.param(["--set", "=4"], ["--set '=4'"], id="empty-key"),
+    pytest.param(["--set", "trainer.epochs=3"], ["unknown key 'trainer'", "Did you mean 'train'?"], id="unknown-section"),
+])
+def test_cli_bad_set(args, fragments):
+    cli_error(run_cli("plan", RECIPE, *args), 3, fragments)
+
+
+def test_cli_bad_data_exits_5_before_tensorflow_and_writes_nothing(tmp_path):
+    data = _bad_magic(tmp_path / "idx")
+    started = time.perf_counter()
+    result = run_cli("run", RECIPE, "--set", f"data.path={data}", "--output-dir", str(tmp_path / "runs"))
+    cli_error(result, 5, ["tfgpu: data error:", "magic number 1234"])
+    assert time.perf_counter() - started < 30
+    assert not (tmp_path / "runs").exists()
+
+
+def test_cli_output_dir_that_is_a_file_exits_8_and_writes_nothing(tmp_path):
+    blocker = tmp_path / "results"
+    blocker.write_text("my notes\n")
+    result = run_cli("run", RECIPE, "--set", "train.epochs=1", "--output-dir", str(blocker))
+    cli_error(result, 8, ["tfgpu: output error:", f"'{blocker}'", "is a file, not a directory", "--output-dir"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results"]
+    assert blocker.read_text() == "my notes\n"
+
+
+def test_cli_loss_that_does_not_fit_the_labels_exits_3_and_writes_nothing(tmp_path):
+    result = run_cli("run", RECIPE, "--set", "model.loss=categorical_crossentropy", "--set", "train.epochs=1",
+                     "--output-dir", str(tmp_path / "runs"))
+    cli_error(result, 3, ["model.loss: 'categorical_crossentropy' does not fit the labels",
+                          "sparse_categorical_crossentropy"])
+    assert not (tmp_path / "runs").exists()
+
+
+def test_cli_nan_loss_in_the_custom_loop_exits_7_and_keeps_the_run(tmp_path):
+    result = run_cli("run", RECIPE, "--set", "train.loop=custom", "--set", "train.epochs=2",
+                     "--set", "train.batch_size_per_replica=512",
+                     "--set", "model.optimizer={name: sgd, learning_rate: 1.0e+12}", "--output-dir", str(tmp_path))
+    cli_error(result, 7, ["tfgpu: training failed:", "loss became nan in epoch 1", "lower the learning rate"])
+    (run_dir,) = list(tmp_path.iterdir())
+    assert {"config.yaml", "plan.json", "summary.json"} <= {p.name for p in run_dir.iterdir()}
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["epochs_completed"] == 0 and "nan" in summary["error"]
+    assert not (run_dir / "model.keras").exists()
+
+
+def test_setup_after_tensorflow_initialised_by_a_keras_model():
+    result = run_python("""
+        import numpy as np, keras
+        keras.layers.Dense(2)(np.zeros((1, 3), "float32"))   # building a layer initialises TensorFlow
+        import tfgpu
+        try:
+            tfgpu.setup({"devices": {"cpu_logical_devices": 4}, "tensorflow": {"inter_op_threads": 2}})
+        except tfgpu.AlreadyInitializedError as exc:
+            print("CODE", exc.exit_code)
+            print("MESSAGE", exc.message.replace("\\n", " | "))
+            print("HINT", exc.hint)
+        except Exception as exc:
+            print("OTHER", type(exc).__name__, exc)
+    """, TF_CPP_MIN_LOG_LEVEL="3")
+    assert "OTHER" not in result.stdout and "Traceback" not in result.stderr, result.stdout + result.stderr[-3000:]
+    assert "CODE 6" in result.stdout, result.stderr[-3000:]
+    message = next(line for line in result.stdout.splitlines() if line.startswith("MESSAGE"))
+    assert "devices.cpu_logical_devices" in message and "tensorflow.inter_op_threads" in message
+    assert "cannot be applied" in message
+    assert "call tfgpu.setup() before any other TensorFlow code" in result.stdout
+
+
+def test_ctrl_c_keeps_the_run_directory_and_exits_130(tmp_path):
+    out, err = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
+    runs = tmp_path / "runs"
+    with out.open("w") as stdout, err.open("w") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tfgpu.cli", "run", RECIPE, "--set", "train.epochs=50",
+             "--set", "train.batch_size_per_replica=512", "--output-dir", str(runs)],
+            stdout=stdout, stderr=stderr, env=child_env(), cwd=ROOT)
+        try:
+            deadline = time.monotonic() + 180
+            while time.monotonic() < deadline and proc.poll() is None:
+                metrics = list(runs.glob("*/metrics.csv"))
+                if metrics and len(metrics[0].read_text().splitlines()) >= 2:
+                    break
+                time.sleep(0.2)
+            else:
+                pytest.fail(f"no finished epoch in time (exit {proc.poll()}):\n{err.read_text()[-3000:]}")
+            proc.send_signal(signal.SIGINT)
+            code = proc.wait(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    result = subprocess.CompletedProcess(proc.args, code, out.read_text(), err.read_text())
+    cli_error(result, 130, ["tfgpu: interrupted:", "of 50 epochs", "keeps the config"])
+    (run_dir,) = list(runs.iterdir())
+    names = {p.name for p in run_dir.iterdir()}
+    assert {"config.yaml", "plan.json", "metrics.csv", "summary.json"} <= names and "model.keras" not in names
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["epochs_completed"] >= 1
+    rows = list(csv.DictReader((run_dir / "metrics.csv").open()))
+    assert [int(r["epoch"]) for r in rows] == list(range(summary["epochs_completed"]))
+    assert yaml.safe_load((run_dir / "config.yaml").read_text())["train"]["epochs"] == 50

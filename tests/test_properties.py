@@ -1,0 +1,204 @@
+"""Property tests: whatever a user writes, loading a config ends in a Config or a ConfigError.
+
+Arbitrary text, bytes and structured YAML documents (keys from the real schema mixed with
+random ones, values of every YAML type), arbitrary values for real keys (as a dict, as
+``--set`` overrides and as ``setup()`` keyword arguments): the only outcomes allowed are a
+valid :class:`tfgpu.config.Config` or a :class:`tfgpu.errors.ConfigError` whose message is
+one non-empty paragraph without a traceback. Never another exception.
+"""
+
+from __future__ import annotations
+
+import datetime
+import itertools
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tfgpu.config import Config, load_config
+from tfgpu.errors import ConfigError, TfgpuError
+
+SETTINGS = settings(max_examples=200, deadline=None, derandomize=True, database=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+SECTIONS = {name: list(field.annotation.model_fields) for name, field in Config.model_fields.items()}
+KEY_PATHS = [(section, key) for section, keys in SECTIONS.items() for key in keys]
+SCHEMA_WORDS = sorted(set(SECTIONS) | {k for keys in SECTIONS.values() for k in keys} | {"name", "units", "Dense"})
+YAML_WORDS = ["off", "on", "yes", "no", "y", "n", "true", "false", "null", "~", "auto", "all", "none", "mnist",
+              "2024-01-01", "0x1f", "0o17", "1e3", "1.0e+3", ".nan", ".inf", "-.inf", "0", "-1", "1_000",
+              "/gpu:0", "/cpu:1", "adam", "fit", "custom", "tests.builders:small_cnn", "a/b", ""]
+
+#: Values that are valid for some keys, so that the valid path is exercised as often as the error paths.
+PLAUSIBLE = [1, 2, 3, 32, 0, 0.5, 1.0, 4096, True, False, None, "auto", "all", "none", "mirrored", "one_device",
+             "default", "nccl", "hierarchical_copy", "fit", "custom", "linear", "sqrt", "bar", "epoch", "float32",
+             "mixed_float16", "cuda_malloc_async", "mnist", "runs", "exp1", ["/cpu:0"], ["/gpu:0", "/gpu:1"], [0],
+             [0, 1], ["accuracy"], "adam", {"name": "adam", "learning_rate": 0.01}, [{"Dense": {"units": 10}}],
+             ["Flatten"], "tests.builders:small_cnn", {"filters": 4}, {}]
+
+_counter = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("properties")
+
+
+def outcome(source, *, overrides=(), **sections):
+    """Load; return the Config, or the ConfigError after checking its message. Anything else fails."""
+    try:
+        cfg = load_config(source, overrides=overrides, **sections)
+    except ConfigError as exc:
+        assert isinstance(exc, TfgpuError) and exc.exit_code == 3
+        message = exc.message
+        assert isinstance(message, str) and message.strip(), "empty message"
+        assert "\n\n" not in message.strip(), f"more than one paragraph:\n{message}"
+        assert "Traceback" not in str(exc), str(exc)
+        assert exc.hint.strip(), f"no fix given for:\n{message}"
+        return exc
+    assert isinstance(cfg, Config)
+    return cfg
+
+
+def from_file(workdir: Path, content: str | bytes):
+    path = workdir / f"recipe-{next(_counter)}.yaml"
+    path.write_bytes(content if isinstance(content, bytes) else content.encode("utf-8", "surrogatepass"))
+    try:
+        return outcome(path)
+    finally:
+        path.unlink()
+
+
+# --------------------------------------------------------------------------- strategies
+
+scalars = st.one_of(
+    st.none(), st.booleans(), st.integers(min_value=-2**70, max_value=2**70),
+    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=20), st.sampled_from(YAML_WORDS),
+    st.dates(min_value=datetime.date(1900, 1, 1), max_value=datetime.date(2100, 1, 1)),
+)
+keys = st.one_of(st.sampled_from(SCHEMA_WORDS), st.text(max_size=12), st.integers(-3, 3), st.booleans(), st.none())
+values = st.recursive(
+    scalars,
+    lambda children: st.one_of(st.lists(children, max_size=4), st.dictionaries(keys, children, max_size=4)),
+    max_leaves=12,
+)
+#: Documents shaped like recipes: schema sections holding schema keys (or not), anything as values.
+sections = st.dictionaries(
+    st.one_of(st.sampled_from(list(SECTIONS)), keys),
+    st.one_of(st.dictionaries(st.one_of(st.sampled_from(SCHEMA_WORDS), keys), values, max_size=5), values),
+    max_size=5,
+)
+documents = st.one_of(sections, values)
+#: Text assembled from YAML's own punctuation and words: reaches the scanner's and parser's error paths.
+yaml_tokens = st.lists(
+    st.sampled_from([":", ": ", "-", "- ", "[", "]", "{", "}", ",", "'", '"', "\n", "  ", "\t", "#", "?", "|", ">",
+                     "&a ", "*a", "!!str ", "!!python/object/apply:os.system ", "!foo ", "%YAML 1.1\n", "---\n",
+                     "...\n", "\\", "\x00", "\ufeff", "<<: ", *SCHEMA_WORDS, *YAML_WORDS]),
+    max_size=40,
+).map("".join)
+
+
+def yaml_text(value) -> str:
+    return yaml.safe_dump(value, allow_unicode=True, sort_keys=False)
+
+
+# --------------------------------------------------------------------------- properties
+
+@SETTINGS
+@given(text=st.text(max_size=300))
+def test_arbitrary_text(workdir, text):
+    from_file(workdir, text)
+
+
+@SETTINGS
+@given(data=st.binary(max_size=300))
+def test_arbitrary_bytes(workdir, data):
+    from_file(workdir, data)
+
+
+@SETTINGS
+@given(text=yaml_tokens)
+def test_yaml_like_text(workdir, text):
+    from_file(workdir, text)
+
+
+@SETTINGS
+@given(document=documents)
+def test_structured_documents_as_files(workdir, document):
+    result = from_file(workdir, yaml_text(document))
+    assert isinstance(result, (Config, ConfigError))
+
+
+@SETTINGS
+@given(document=documents)
+def test_structured_documents_as_dicts(document):
+    outcome(document if isinstance(document, dict) else {"train": document})
+
+
+@SETTINGS
+@given(path=st.sampled_from(KEY_PATHS), value=st.one_of(st.sampled_from(PLAUSIBLE), values))
+def test_any_value_for_a_real_key(path, value):
+    """The same value, given as a dict, a --set override and a setup() keyword, gets the same outcome."""
+    section, key = path
+    as_dict = outcome({section: {key: value}})
+    as_keyword = outcome({}, **{section: {key: value}})
+    assert type(as_dict) is type(as_keyword)
+    if isinstance(as_dict, Config):
+        assert as_dict.to_yaml() == as_keyword.to_yaml()  # compared as text: NaN != NaN
+    try:
+        text = yaml.safe_dump(value, default_flow_style=True, width=10**6, sort_keys=False).strip()
+    except yaml.YAMLError:
+        return
+    if text.endswith("\n..."):
+        text = text[: -len("\n...")]
+    as_set = outcome({}, overrides=[f"{section}.{key}={text}"])
+    if isinstance(as_dict, Config) and "\n" not in text:
+        assert isinstance(as_set, Config) and as_set.to_yaml() == as_dict.to_yaml(), (text, as_set)
+
+
+@SETTINGS
+@given(path=st.one_of(st.sampled_from([f"{s}.{k}" for s, k in KEY_PATHS]), st.text(max_size=30)),
+       raw=st.one_of(st.text(max_size=40), st.sampled_from(YAML_WORDS + [yaml_text(v).strip().removesuffix("\n...")
+                                                             for v in PLAUSIBLE]), yaml_tokens))
+def test_any_set_override(path, raw):
+    outcome({}, overrides=[f"{path}={raw}"])
+    outcome({}, overrides=[raw])
+
+
+@SETTINGS
+@given(document=sections, path=st.sampled_from(KEY_PATHS), raw=st.sampled_from(YAML_WORDS))
+def test_overrides_on_top_of_any_document(workdir, document, path, raw):
+    path_file = workdir / f"recipe-{next(_counter)}.yaml"
+    path_file.write_text(yaml_text(document), encoding="utf-8")
+    try:
+        outcome(path_file, overrides=[f"{path[0]}.{path[1]}={raw}", "train.epochs=1"])
+    finally:
+        path_file.unlink()
+
+
+PYTHON_TAGS = [
+    "!!python/object/apply:os.system ['touch {marker}']",
+    "!!python/object/new:os.system ['touch {marker}']",
+    "!!python/object/apply:subprocess.call [['touch', '{marker}']]",
+    "!!python/name:os.system",
+    "!!python/module:os",
+    "!!python/object:tfgpu.config.Config {{}}",
+    "!!python/tuple [1, 2]",
+]
+
+
+@SETTINGS
+@given(tag=st.sampled_from(PYTHON_TAGS), path=st.sampled_from(KEY_PATHS + [("model", "builder_args")]),
+       nested=st.booleans())
+def test_python_tags_are_refused_and_run_nothing(workdir, tag, path, nested):
+    marker = workdir / "pwned"
+    value = tag.format(marker=marker)
+    text = f"{path[0]}:\n  {path[1]}:\n    inner: {value}\n" if nested else f"{path[0]}:\n  {path[1]}: {value}\n"
+    result = from_file(workdir, text)
+    assert isinstance(result, ConfigError), f"accepted: {text}"
+    assert "tag is not allowed" in result.message
+    with pytest.raises(ConfigError, match="tag|not valid YAML"):
+        load_config({}, overrides=[f"{path[0]}.{path[1]}={value}"])
+    assert not marker.exists()
