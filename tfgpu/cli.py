@@ -73,7 +73,7 @@ def main() -> None:
 
 
 @main.command(context_settings=CONTEXT)
-@click.argument("recipe", type=click.Path(dir_okay=False))
+@click.argument("recipe", type=click.Path())
 @_set_option
 @click.option("--output-dir", metavar="DIR", help="Parent of the run directory (overrides output.dir).")
 @handle_errors
@@ -91,7 +91,7 @@ _machine_option = click.option(
 
 
 @main.command(context_settings=CONTEXT)
-@click.argument("recipe", type=click.Path(dir_okay=False), required=False)
+@click.argument("recipe", type=click.Path(), required=False)
 @_set_option
 @_machine_option
 @click.option("--json", "as_json", is_flag=True, help="Print the config and the plan as JSON.")
@@ -122,7 +122,7 @@ def plan(recipe: str | None, overrides: tuple[str, ...], machine: str | None, as
 
 
 @main.command(context_settings=CONTEXT)
-@click.argument("recipe", type=click.Path(dir_okay=False), required=False)
+@click.argument("recipe", type=click.Path(), required=False)
 @_set_option
 @click.option("--json", "as_json", is_flag=True, help="Print the facts as JSON (input for 'plan --machine').")
 @click.option("--no-tensorflow", is_flag=True, help="Only NVML: do not start TensorFlow (instant).")
@@ -150,7 +150,7 @@ def devices(recipe: str | None, overrides: tuple[str, ...], as_json: bool, no_te
 
 
 @main.command(context_settings=CONTEXT)
-@click.argument("recipe", type=click.Path(dir_okay=False), required=False)
+@click.argument("recipe", type=click.Path(), required=False)
 @_set_option
 @click.option("--json", "as_json", is_flag=True, help="Print the findings and the facts as JSON.")
 @click.option("--quiet", "-q", is_flag=True, help="Print only errors (for health checks).")
