@@ -442,6 +442,8 @@ MODEL_CASES = [
                  ["unexpected keyword argument 'filterz'", "match model.builder_args"], id="builder-bad-argument"),
     pytest.param("builder: tests.builders:small_cnn\nbuilder_args: {num_classes: 4}",
                  ["model outputs 4 values per sample", "10 classes"], id="builder-wrong-class-count"),
+    pytest.param("builder: bad_builders:quits", ["bad_builders:quits", "called sys.exit(2) instead of returning a model"],
+                 id="builder-calls-sys-exit"),
     pytest.param("builder: bad_builders:two_heads", ["several outputs", "single output"], id="builder-two-outputs"),
     pytest.param("builder: bad_builders:cifar_shaped",
                  ["cannot take the data's inputs", "(2, 28, 28, 1)", "expected axis -1 of input shape to have value 3072"],
@@ -464,6 +466,10 @@ import keras
 
 def boom(input_shape, num_classes):
     raise RuntimeError("the builder broke")
+
+def quits(input_shape, num_classes):
+    import sys
+    sys.exit(2)
 
 def two_heads(input_shape, num_classes):
     x = keras.Input(shape=input_shape)

@@ -437,3 +437,21 @@ def test_plan_for_another_machine_from_its_devices_json(tmp_path):
     bad.write_text("[1, 2]")
     wrong = run_cli("plan", "--machine", str(bad))
     assert wrong.returncode == 3 and "not a tfgpu facts file" in wrong.stderr
+
+
+@pytest.mark.parametrize("body,seen", [
+    ("raise ImportError('libcudart.so.12: cannot open shared object file: No such file or directory')",
+     "import tensorflow failed: ImportError: libcudart.so.12: cannot open shared object file"),
+    ("import os\nos.abort()", "exited with code -6 before reporting"),
+])
+def test_devices_and_doctor_with_a_tensorflow_that_cannot_start(tmp_path, body, seen):
+    # A broken TensorFlow installation, first on the child's import path: the commands must still answer.
+    (tmp_path / "tensorflow").mkdir()
+    (tmp_path / "tensorflow" / "__init__.py").write_text(body + "\n")
+    devices = run_cli("devices", PYTHONPATH=str(tmp_path))
+    assert devices.returncode == 0, devices.stderr
+    assert "NVML" in devices.stdout and "TensorFlow: cannot start:" in devices.stdout
+    doctor = run_cli("doctor", "--json", PYTHONPATH=str(tmp_path))
+    assert doctor.returncode == 9
+    finding = [f for f in json.loads(doctor.stdout)["findings"] if f["check"] == "tensorflow-import"][0]
+    assert finding["level"] == "error" and seen in finding["seen"] and finding["fix"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -116,3 +117,14 @@ def test_nan_loss_stops_with_exit_7_and_keeps_the_run_directory(tmp_path):
     assert summary["status"] == "failed" and "nan" in summary["error"]
     assert (run_dir / "config.yaml").exists() and (run_dir / "metrics.csv").exists()
     assert not (run_dir / "model.keras").exists()
+
+
+@pytest.mark.parametrize("loop", ["fit", "custom"])
+def test_terminate_on_nan_off_trains_on_in_both_loops(tmp_path, loop):
+    result = run_cli("run", "recipes/mnist.yaml", "--set", f"train.loop={loop}", "--set", "train.terminate_on_nan=false",
+                     "--set", "model.optimizer={name: sgd, learning_rate: 1.0e+12}", "--set", "output.save_model=false",
+                     "--set", "train.batch_size_per_replica=2048", "--set", "train.epochs=2", "--output-dir", str(tmp_path))
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((only_run_dir(tmp_path) / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["epochs_completed"] == 2
+    assert math.isnan(summary["final_metrics"]["loss"])

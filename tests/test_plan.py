@@ -227,3 +227,10 @@ def test_a_limit_above_the_free_memory_warns():
     busy = Probe(gpus=(GpuInfo(0, "Busy GPU", 16384, "GPU-0", 0, used_mib=12000),))
     p = make_plan(load_config({}, devices={"memory_limit_mib": 8192}), busy)
     assert any("asked for 8192 MiB but only 4384 MiB were free" in w for w in p.warnings)
+
+
+def test_a_strategy_device_named_by_its_physical_index_explains_the_renumbering():
+    with pytest.raises(DeviceError) as err:
+        plan(4, devices={"visible_gpus": [2, 3]}, distribute={"devices": ["/gpu:3"]})
+    assert "TensorFlow numbers the visible GPUs from 0: with devices.visible_gpus [2, 3], GPU 2 is /gpu:0, " \
+           "GPU 3 is /gpu:1." in err.value.message

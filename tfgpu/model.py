@@ -242,6 +242,11 @@ def _from_builder(cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: i
     except TypeError as exc:
         raise ConfigError(f"model.builder: {cfg.builder}(**{kwargs}) failed: {gist(exc)}.",
                           "match model.builder_args to the function's parameters.") from None
+    except SystemExit as exc:  # sys.exit() in a builder must not end tfgpu silently
+        raise ConfigError(
+            f"model.builder: {cfg.builder}(**{kwargs}) called sys.exit({exc.code!r}) instead of returning a model.",
+            "return a keras.Model from the function; raise an exception to report a problem.",
+        ) from None
     except Exception as exc:  # the builder's own error
         raise ConfigError(
             f"model.builder: {cfg.builder}(**{kwargs}) raised {type(exc).__name__}: {gist(exc)}.",

@@ -272,9 +272,15 @@ def _strategy(config: Config, logical: tuple[str, ...], cpu_count: int, gpu_coun
     if explicit:
         missing = [d for d in explicit if d not in known]
         if missing:
+            visible = config.devices.visible_gpus
+            renumbered = (
+                f" TensorFlow numbers the visible GPUs from 0: with devices.visible_gpus {list(visible)}, "
+                + ", ".join(f"GPU {g} is /gpu:{i}" for i, g in enumerate(visible)) + "."
+                if isinstance(visible, list) and visible and any(d.startswith("/gpu:") for d in missing) else ""
+            )
             raise DeviceError(
                 f"distribute.devices: {missing[0]} was requested (received {list(dist.devices)}), but the "
-                f"logical devices will be: {', '.join(sorted(known))}.",
+                f"logical devices will be: {', '.join(sorted(known))}.{renumbered}",
                 "name existing devices, or raise devices.cpu_logical_devices / devices.gpu_logical_devices, "
                 "or make more GPUs visible.",
             )

@@ -174,7 +174,8 @@ def run(recipe: Optional[str], overrides: Sequence[str] = (), output_dir: Option
             from .loops.custom import train_custom  # noqa: PLC0415
 
             train_custom(strategy, model, optimizer, loss, metrics, val_metrics, train_ds, val_ds,
-                         cfg.train.epochs, steps, callbacks, progress, jit_compile=summary["jit_compile"] is True)
+                         cfg.train.epochs, steps, callbacks, progress, jit_compile=summary["jit_compile"] is True,
+                         terminate_on_nan=cfg.train.terminate_on_nan)
         if cfg.output.save_model:
             tmp = run_dir / ".model.tmp.keras"
             try:

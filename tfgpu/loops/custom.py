@@ -19,7 +19,7 @@ from ..errors import TrainingError
 
 def train_custom(strategy: Any, model: Any, optimizer: Any, loss_fn: Any, metrics: list, val_metrics: list,
                  train: Any, val: Any, epochs: int, steps_per_epoch: int, callbacks: list, progress: str,
-                 jit_compile: bool = False) -> None:
+                 jit_compile: bool = False, terminate_on_nan: bool = True) -> None:
     """Train with a custom distributed loop.
 
     Args:
@@ -34,9 +34,11 @@ def train_custom(strategy: Any, model: Any, optimizer: Any, loss_fn: Any, metric
         callbacks: Keras callbacks; they get ``on_epoch_end`` logs as with ``fit``.
         progress: ``"bar"``, ``"epoch"`` or ``"none"``.
         jit_compile: compile each replica's step with XLA.
+        terminate_on_nan: stop at the end of an epoch whose loss is NaN or
+            infinite (``train.terminate_on_nan``, as ``TerminateOnNaN`` does for ``fit``).
 
     Raises:
-        TrainingError: the loss became NaN or infinite.
+        TrainingError: the loss became NaN or infinite (with ``terminate_on_nan``).
 
     Wraps: https://www.tensorflow.org/api_docs/python/tf/distribute/Strategy#run and
     https://www.tensorflow.org/api_docs/python/tf/nn/compute_average_loss
@@ -119,7 +121,7 @@ def train_custom(strategy: Any, model: Any, optimizer: Any, loss_fn: Any, metric
         logs.update({m.name: float(m.result()) for m in metrics})
         logs["val_loss"] = float(val_sum / val_count)
         logs.update({m.name: float(m.result()) for m in val_metrics})
-        if not math.isfinite(logs["loss"]):
+        if terminate_on_nan and not math.isfinite(logs["loss"]):
             raise TrainingError(
                 f"the training loss became {logs['loss']} in epoch {epoch + 1}; training stopped.",
                 "lower the learning rate, check the data for bad values, or use float32.",
