@@ -14,12 +14,12 @@ import pytest
 from tfgpu.config import load_config
 from tfgpu.doctor import diagnose, report
 from tfgpu.probe import (
-    CUDA12_LIBRARIES,
     Facts,
     GpuInfo,
     Library,
     Probe,
     TensorflowFacts,
+    cuda_libraries,
     cuda_visible,
     gather_facts,
     probe_libraries,
@@ -29,7 +29,7 @@ from .conftest import run_cli
 
 BUILD = {"is_cuda_build": True, "cuda_version": "12.5.1", "cudnn_version": "9",
          "cuda_compute_capabilities": ["sm_60", "sm_70", "sm_80", "sm_89", "compute_90"]}
-LIBRARIES = [*CUDA12_LIBRARIES[:7], ("libcudnn.so.9", "cuDNN 9", "nvidia-cudnn-cu12"), *CUDA12_LIBRARIES[7:]]
+LIBRARIES = cuda_libraries("9")
 
 
 def gpu(i: int, cc: str = "8.0", total: int = 40960, used: int = 400, name: str = "NVIDIA A100-SXM4-40GB") -> GpuInfo:

@@ -20,9 +20,7 @@ from typing import Any, Callable, Optional
 
 from .config import Config
 from .errors import TfgpuError
-from .probe import Facts, GpuInfo, Library, cuda_visible
-
-LEVELS = ("ok", "warning", "error")
+from .probe import Facts, GpuInfo, Library
 
 #: What the TensorFlow pip wheel for Linux is built for, when TensorFlow itself
 #: could not be asked (``tf.sysconfig.get_build_info()`` of 2.21.0).
@@ -85,11 +83,6 @@ def _tf_gpu_count(facts: Facts) -> Optional[int]:
     if tf is None or tf.version is None:
         return None
     return len(tf.devices_of("GPU"))
-
-
-def _visible_gpus(facts: Facts) -> tuple[GpuInfo, ...]:
-    m = facts.machine
-    return tuple(cuda_visible(m.nvml_gpus, m.env.get("CUDA_VISIBLE_DEVICES"))) if m.nvml_gpus else m.gpus
 
 
 # ---------------------------------------------------------------- the checks
@@ -168,7 +161,7 @@ def check_visible_devices(facts: Facts, config: Optional[Config]) -> list[Findin
     title = "CUDA_VISIBLE_DEVICES"
     if not m.nvml_gpus:
         return [Finding("cuda-visible-devices", "ok", title, f"CUDA_VISIBLE_DEVICES={value!r} (no GPU listed to filter)")]
-    visible = cuda_visible(m.nvml_gpus, value)
+    visible = m.gpus  # NVML's GPUs after CUDA_VISIBLE_DEVICES, as the probe applied it
     if not visible:
         why = "hides every GPU" if value.strip() in ("", "-1") else "names no GPU CUDA can find first"
         return [Finding("cuda-visible-devices", "error", title,
@@ -322,6 +315,14 @@ def _capabilities(build: dict[str, Any]) -> tuple[list[tuple[int, int]], list[tu
     return sass, ptx
 
 
+def _support(gpu: GpuInfo, sass: list[tuple[int, int]], ptx: list[tuple[int, int]]) -> str:
+    """``"ok"`` (native kernels), ``"warning"`` (PTX compiled at start-up) or ``"error"`` (unsupported)."""
+    cc = tuple(_version_tuple(gpu.compute_capability)[:2])
+    if any(major == cc[0] and minor <= cc[1] for major, minor in sass):
+        return "ok"
+    return "warning" if any(p <= cc for p in ptx) else "error"
+
+
 def check_compute_capability(facts: Facts, config: Optional[Config]) -> list[Finding]:
     """Each GPU's compute capability against those TensorFlow's kernels are built for."""
     build, source = _build(facts)
@@ -333,12 +334,12 @@ def check_compute_capability(facts: Facts, config: Optional[Config]) -> list[Fin
     for gpu in facts.machine.nvml_gpus:
         if not gpu.compute_capability:
             continue
-        cc = tuple(_version_tuple(gpu.compute_capability)[:2])
         title = f"GPU {gpu.nvml_index} compute capability"
         seen = f"{gpu.name} has compute capability {gpu.compute_capability}; {source} has kernels for {built}"
-        if any(major == cc[0] and minor <= cc[1] for major, minor in sass):
+        level = _support(gpu, sass, ptx)
+        if level == "ok":
             out.append(Finding("compute-capability", "ok", title, seen))
-        elif any(p <= cc for p in ptx):
+        elif level == "warning":
             out.append(Finding("compute-capability", "warning", title,
                                seen + ": no native kernels, so CUDA compiles PTX for it when TensorFlow starts "
                                "(minutes, the first time)",
@@ -380,7 +381,7 @@ def check_tensorflow_sees_gpus(facts: Facts, config: Optional[Config]) -> list[F
     if tf_count is None:
         return []
     title = "TensorFlow sees the GPUs"
-    visible = _visible_gpus(facts)
+    visible = m.gpus
     tf = facts.tensorflow
     assert tf is not None
     if not m.nvml_gpus:
@@ -413,9 +414,10 @@ def check_tensorflow_sees_gpus(facts: Facts, config: Optional[Config]) -> list[F
     need = _version_tuple(tf.build_info.get("cuda_version"))[:1]
     if m.cuda_driver_version and need and _version_tuple(m.cuda_driver_version)[:1] < need:
         causes.append(f"the driver supports CUDA {m.cuda_driver_version} only")
-    for f in check_compute_capability(facts, config):
-        if f.level == "error":
-            causes.append(f.seen.split(";")[0] + ", which TensorFlow does not support")
+    sass, ptx = _capabilities(_build(facts)[0])
+    if sass or ptx:
+        causes += [f"{g.name} has compute capability {g.compute_capability}, which TensorFlow does not support"
+                   for g in m.nvml_gpus if g.compute_capability and _support(g, sass, ptx) == "error"]
     if m.platform == "win32":
         causes.append("native Windows has no GPU TensorFlow since 2.11")
     evidence = _log_evidence(facts)
@@ -433,7 +435,7 @@ def check_tensorflow_sees_gpus(facts: Facts, config: Optional[Config]) -> list[F
 def check_memory_in_use(facts: Facts, config: Optional[Config]) -> list[Finding]:
     """GPUs whose memory other processes already hold."""
     out = []
-    for gpu in _visible_gpus(facts):
+    for gpu in facts.machine.gpus:
         if gpu.used_mib is not None and gpu.total_mib and gpu.used_mib > 0.5 * gpu.total_mib:
             out.append(Finding("memory-in-use", "warning", f"GPU {gpu.index} memory",
                                f"{gpu.name}: {gpu.used_mib} of {gpu.total_mib} MiB already in use by other "
@@ -456,17 +458,6 @@ def check_config(facts: Facts, config: Optional[Config]) -> list[Finding]:
         return [Finding("config", "error", title, exc.message, exc.hint)]
     out = [Finding("config", "warning", title, w, "see 'tfgpu plan' and the README's config reference.")
            for w in plan.warnings]
-    used = [g for g in plan.gpus if g.used_mib and g.total_mib]
-    for call in plan.tf_calls:
-        if call.api == "tf.config.set_logical_device_configuration" and call.device.startswith("GPU:"):
-            gpu = plan.gpus[int(call.device.split(":")[1])]
-            asked = sum(v for v in call.value if v)
-            if gpu in used and asked > gpu.total_mib - gpu.used_mib:
-                out.append(Finding("config", "warning", title,
-                                   f"{call.setting}: {call.device} is asked for {asked} MiB but only "
-                                   f"{gpu.total_mib - gpu.used_mib} MiB are free now ({gpu.used_mib} MiB used "
-                                   "by other processes)",
-                                   "lower the limit, or free the GPU (nvidia-smi shows who holds it)."))
     out.append(Finding("config", "ok", title,
                        f"{plan.strategy.kind} strategy on {', '.join(plan.strategy.devices) or 'the default device'}, "
                        f"{plan.num_replicas} replica(s), global batch {plan.global_batch_size}"))

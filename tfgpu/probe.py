@@ -24,6 +24,7 @@ import shutil
 import subprocess
 import sys
 import time
+import typing
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from typing import Any, Optional, Sequence
@@ -203,8 +204,6 @@ class Facts:
 
 def _from_dict(cls: Any, data: Any) -> Any:
     """Rebuild a (nested) frozen dataclass from JSON data."""
-    import typing  # noqa: PLC0415
-
     hints = typing.get_type_hints(cls)
     kwargs = {}
     for f in dataclasses.fields(cls):
@@ -216,8 +215,6 @@ def _from_dict(cls: Any, data: Any) -> Any:
 
 
 def _coerce(hint: Any, value: Any) -> Any:
-    import typing  # noqa: PLC0415
-
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if value is None:
         return None
@@ -229,8 +226,6 @@ def _coerce(hint: Any, value: Any) -> Any:
     if origin is tuple:
         item = args[0]
         return tuple(_coerce(item, v) for v in value)
-    if hint is tuple or origin is None and getattr(hint, "__name__", "") == "tuple":
-        return tuple(value)
     return value
 
 
@@ -420,6 +415,12 @@ def _wheel_dirs() -> list[str]:
     return dirs
 
 
+def cuda_libraries(cudnn_major: str = "9") -> list[tuple[str, str, str]]:
+    """``(soname, role, pip wheel)`` of each library TensorFlow's CUDA 12 build loads, in load order."""
+    return [*CUDA12_LIBRARIES[:7], (f"libcudnn.so.{cudnn_major}", f"cuDNN {cudnn_major}", "nvidia-cudnn-cu12"),
+            *CUDA12_LIBRARIES[7:]]
+
+
 def probe_libraries(cudnn_major: str = "9", platform: str = sys.platform) -> tuple[Library, ...]:
     """Try to load each CUDA library TensorFlow needs, the way TensorFlow looks for it.
 
@@ -429,11 +430,9 @@ def probe_libraries(cudnn_major: str = "9", platform: str = sys.platform) -> tup
     """
     if not platform.startswith("linux"):
         return ()
-    wanted = list(CUDA12_LIBRARIES)
-    wanted.insert(7, (f"libcudnn.so.{cudnn_major}", f"cuDNN {cudnn_major}", "nvidia-cudnn-cu12"))
     dirs = _wheel_dirs()
     results = []
-    for name, role, package in wanted:
+    for name, role, package in cuda_libraries(cudnn_major):
         path, error = None, None
         try:
             ctypes.CDLL(name)
@@ -453,12 +452,12 @@ def probe_libraries(cudnn_major: str = "9", platform: str = sys.platform) -> tup
     return tuple(results)
 
 
-def gather_facts(config: Optional[dict[str, Any]] = None, tensorflow: bool = True) -> Facts:
+def gather_facts(tensorflow: bool = True) -> Facts:
     """Everything the doctor needs: :func:`probe`, :func:`probe_packages`,
     :func:`probe_tensorflow` (physical devices only, so no GPU memory is
     touched; skipped with ``tensorflow=False``) and :func:`probe_libraries`."""
     machine = probe()
-    tf_facts = probe_tensorflow(config, logical=False) if tensorflow else None
+    tf_facts = probe_tensorflow(logical=False) if tensorflow else None
     cudnn = str((tf_facts.build_info.get("cudnn_version") if tf_facts else None) or "9").split(".")[0]
     return Facts(machine=machine, packages=probe_packages(), tensorflow=tf_facts,
                  libraries=probe_libraries(cudnn, machine.platform))
