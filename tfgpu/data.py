@@ -218,6 +218,12 @@ def _from_keras() -> tuple[dict[str, np.ndarray], str]:
     return {"x_train": x_train, "y_train": y_train, "x_test": x_test, "y_test": y_test}, "keras.datasets.mnist"
 
 
+def needs_download(path: Optional[str]) -> bool:
+    """Whether :func:`load_arrays` will use the Keras download (which imports TensorFlow):
+    no ``data.path`` and no ``TFGPU_DATA_DIR``."""
+    return path is None and not os.environ.get(DATA_DIR_ENV)
+
+
 def load_arrays(name: str = "mnist", path: Optional[str] = None) -> Arrays:
     """Load a dataset into memory.
 
@@ -271,7 +277,7 @@ def load_arrays(name: str = "mnist", path: Optional[str] = None) -> Arrays:
                 f"{directory} holds neither mnist.npz nor the four MNIST IDX files (directly or under idx/).",
                 "copy mnist.npz or the IDX files there.",
             )
-    else:
+    else:  # needs_download(path)
         loaded = _from_keras()
     arrays, source = loaded
     arrays = _check(arrays, source)

@@ -21,7 +21,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from .errors import OutputError
 
@@ -83,14 +83,23 @@ def check_parent(parent: str) -> None:
         return
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file and a rename."""
-    tmp = path.with_name(f".{path.name}.tmp")
+def replace_atomic(path: Path, write: Callable[[Path], Any], tmp: Path,
+                   hint: str = "check the disk space and permissions.") -> None:
+    """Call ``write(tmp)``, then rename ``tmp`` to ``path``: readers see the old file or the whole new one.
+
+    Raises:
+        OutputError: writing or renaming failed (``hint`` is its fix).
+    """
     try:
-        tmp.write_text(text, encoding="utf-8")
+        write(tmp)
         os.replace(tmp, path)
     except OSError as exc:
-        raise OutputError(f"cannot write {path}: {exc.strerror or exc}.", "check the disk space and permissions.") from None
+        raise OutputError(f"cannot write {path}: {exc.strerror or exc}.", hint) from None
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` via a temporary file and a rename."""
+    replace_atomic(path, lambda tmp: tmp.write_text(text, encoding="utf-8"), path.with_name(f".{path.name}.tmp"))
 
 
 def write_json(path: Path, data: Any) -> None:

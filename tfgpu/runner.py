@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import math
-import os
 import platform
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from .config import Config, load_config
-from .errors import Interrupted, OutputError, TfgpuError, TrainingError
+from .config import load_config
+from .errors import Interrupted, TfgpuError, TrainingError
 
 
 @dataclass(frozen=True)
@@ -31,15 +30,13 @@ def _say(text: str) -> None:
     print(f"tfgpu: {text}", flush=True)
 
 
-def run(recipe: Optional[str], overrides: Sequence[str] = (), output_dir: Optional[str] = None,
-        config: Optional[Config] = None) -> RunResult:
+def run(recipe: Optional[str], overrides: Sequence[str] = (), output_dir: Optional[str] = None) -> RunResult:
     """Train the recipe's model and write a new run directory.
 
     Args:
-        recipe: path of the YAML recipe (or ``None`` with ``config``).
+        recipe: path of the YAML recipe (``None``: ``TFGPU_CONFIG``, else the defaults).
         overrides: ``"section.key=value"`` strings (``--set``).
         output_dir: overrides ``output.dir``.
-        config: an already loaded configuration (instead of ``recipe``).
 
     Returns:
         :class:`RunResult`.
@@ -53,9 +50,9 @@ def run(recipe: Optional[str], overrides: Sequence[str] = (), output_dir: Option
     """
     started = time.perf_counter()
     extra = [f"output.dir={output_dir}"] if output_dir else []
-    cfg = config if config is not None else load_config(recipe, overrides=[*overrides, *extra])
+    cfg = load_config(recipe, overrides=[*overrides, *extra])
     from . import setup  # noqa: PLC0415
-    from .data import DATA_DIR_ENV, load_arrays, make_datasets, sample_batch  # noqa: PLC0415
+    from .data import load_arrays, make_datasets, needs_download, sample_batch  # noqa: PLC0415
     from .model import require_model  # noqa: PLC0415
     from .results import check_parent  # noqa: PLC0415
 
@@ -64,8 +61,7 @@ def run(recipe: Optional[str], overrides: Sequence[str] = (), output_dir: Option
     # Local files are read first (NumPy only), so a data error comes before TensorFlow starts.
     # The Keras download needs TensorFlow: then setup() first, as nothing may import
     # TensorFlow before the plan's environment is set.
-    local = cfg.data.path is not None or bool(os.environ.get(DATA_DIR_ENV))
-    arrays = load_arrays(cfg.data.name, cfg.data.path) if local else None
+    arrays = None if needs_download(cfg.data.path) else load_arrays(cfg.data.name, cfg.data.path)
     info = setup(cfg)
     if arrays is None:
         arrays = load_arrays(cfg.data.name, cfg.data.path)
@@ -78,7 +74,7 @@ def run(recipe: Optional[str], overrides: Sequence[str] = (), output_dir: Option
 
     from .loops import epoch_stats_callback, progress_mode  # noqa: PLC0415
     from .model import build_model, check_fits, describe_model, gist, make_loss, make_metrics, make_optimizer  # noqa: PLC0415
-    from .results import create_run_dir, write_atomic, write_json  # noqa: PLC0415
+    from .results import create_run_dir, replace_atomic, write_atomic, write_json  # noqa: PLC0415
 
     strategy = info.strategy
     replicas = info.num_replicas
@@ -135,7 +131,7 @@ def run(recipe: Optional[str], overrides: Sequence[str] = (), output_dir: Option
         "steps_per_epoch": steps,
         "lr_scaling": plan.lr_scaling,
         "learning_rate": learning_rate,
-        "jit_compile": (False if jit == "auto" else jit) if loop == "custom" else jit,
+        "jit_compile": (jit is True) if loop == "custom" else jit,  # the custom loop: XLA only when asked
         "mixed_precision": plan.mixed_precision,
         "data": {"source": arrays.source, "train_samples": samples, "validation_samples": len(arrays.x_test)},
         "model": describe_model(model),
@@ -160,30 +156,16 @@ def run(recipe: Optional[str], overrides: Sequence[str] = (), output_dir: Option
         if loop == "fit":
             from .loops.fit import train_fit  # noqa: PLC0415
 
-            if cfg.train.terminate_on_nan:
-                callbacks.append(keras.callbacks.TerminateOnNaN())
-            train_fit(model, train_ds, val_ds, cfg.train.epochs, callbacks, progress)
-            last = stats.rows[-1] if stats.rows else {}
-            if cfg.train.terminate_on_nan and not math.isfinite(last.get("loss", 0.0)):
-                raise TrainingError(
-                    f"the training loss became {last.get('loss')} in epoch {len(stats.rows)}; training stopped "
-                    "(keras.callbacks.TerminateOnNaN).",
-                    "lower the learning rate, check the data for bad values, or use float32.",
-                )
+            train_fit(model, train_ds, val_ds, cfg.train.epochs, callbacks, progress, cfg.train.terminate_on_nan)
         else:
             from .loops.custom import train_custom  # noqa: PLC0415
 
             train_custom(strategy, model, optimizer, loss, metrics, val_metrics, train_ds, val_ds,
-                         cfg.train.epochs, steps, callbacks, progress, jit_compile=summary["jit_compile"] is True,
+                         cfg.train.epochs, steps, callbacks, progress, jit_compile=jit is True,
                          terminate_on_nan=cfg.train.terminate_on_nan)
         if cfg.output.save_model:
-            tmp = run_dir / ".model.tmp.keras"
-            try:
-                model.save(tmp)
-                tmp.replace(run_dir / "model.keras")
-            except OSError as exc:
-                raise OutputError(f"cannot write {run_dir / 'model.keras'}: {exc.strerror or exc}.",
-                                  "check the disk space and permissions; the run's metrics are kept.") from None
+            replace_atomic(run_dir / "model.keras", model.save, run_dir / ".model.tmp.keras",
+                           "check the disk space and permissions; the run's metrics are kept.")
     except KeyboardInterrupt:
         _finish(summary, stats.rows, "interrupted", started, run_dir)
         raise Interrupted(

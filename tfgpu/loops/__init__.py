@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from typing import Any, Optional
+
+from ..errors import TrainingError
 
 
 def progress_mode(setting: str) -> str:
@@ -12,6 +15,19 @@ def progress_mode(setting: str) -> str:
     if setting == "auto":
         return "bar" if sys.stdout.isatty() else "epoch"
     return setting
+
+
+def check_loss(loss: float, epoch: int, how: str = "") -> None:
+    """Raise :class:`TrainingError` when an epoch's training loss is NaN or infinite (``train.terminate_on_nan``).
+
+    Args:
+        loss: the epoch's mean training loss; epoch: counted from 1; how: what stopped it, for the message.
+    """
+    if not math.isfinite(loss):
+        raise TrainingError(
+            f"the training loss became {loss} in epoch {epoch}; training stopped{how}.",
+            "lower the learning rate, check the data for bad values, or use float32.",
+        )
 
 
 def epoch_stats_callback(samples_per_epoch: int) -> Any:

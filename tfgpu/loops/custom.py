@@ -9,12 +9,11 @@ with ``strategy.reduce``.
 
 from __future__ import annotations
 
-import math
 import sys
 import time
 from typing import Any
 
-from ..errors import TrainingError
+from . import check_loss
 
 
 def train_custom(strategy: Any, model: Any, optimizer: Any, loss_fn: Any, metrics: list, val_metrics: list,
@@ -121,11 +120,8 @@ def train_custom(strategy: Any, model: Any, optimizer: Any, loss_fn: Any, metric
         logs.update({m.name: float(m.result()) for m in metrics})
         logs["val_loss"] = float(val_sum / val_count)
         logs.update({m.name: float(m.result()) for m in val_metrics})
-        if terminate_on_nan and not math.isfinite(logs["loss"]):
-            raise TrainingError(
-                f"the training loss became {logs['loss']} in epoch {epoch + 1}; training stopped.",
-                "lower the learning rate, check the data for bad values, or use float32.",
-            )
+        if terminate_on_nan:
+            check_loss(logs["loss"], epoch + 1)
         seconds = time.perf_counter() - started
         text = " - ".join(f"{k}: {v:.4f}" for k, v in logs.items())
         cbs.on_epoch_end(epoch, logs)

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import check_loss
+
 VERBOSE = {"bar": 1, "epoch": 2, "none": 0}
 
 
-def train_fit(model: Any, train: Any, val: Any, epochs: int, callbacks: list, progress: str) -> None:
+def train_fit(model: Any, train: Any, val: Any, epochs: int, callbacks: list, progress: str,
+              terminate_on_nan: bool = True) -> None:
     """Train a compiled model with ``model.fit``.
 
     Args:
@@ -15,11 +18,23 @@ def train_fit(model: Any, train: Any, val: Any, epochs: int, callbacks: list, pr
         train, val: ``tf.data`` datasets of global batches ``(x, y)``; Keras
             splits each global batch across the replicas.
         epochs: passes over ``train``.
-        callbacks: Keras callbacks (CSVLogger, TerminateOnNaN, ...).
+        callbacks: Keras callbacks (CSVLogger, ...).
         progress: ``"bar"``, ``"epoch"`` or ``"none"``.
+        terminate_on_nan: stop at the first NaN or infinite batch loss
+            (``keras.callbacks.TerminateOnNaN``).
+
+    Raises:
+        TrainingError: the loss became NaN or infinite (with ``terminate_on_nan``).
 
     Wraps: https://keras.io/api/models/model_training_apis/#fit-method
     """
+    if terminate_on_nan:
+        import keras  # noqa: PLC0415
+
+        callbacks = [*callbacks, keras.callbacks.TerminateOnNaN()]
     # The dataset is shuffled by tf.data, so fit must not try to shuffle it.
-    model.fit(train, validation_data=val, epochs=epochs, callbacks=callbacks, verbose=VERBOSE[progress],
-              shuffle=False)
+    history = model.fit(train, validation_data=val, epochs=epochs, callbacks=callbacks, verbose=VERBOSE[progress],
+                        shuffle=False)
+    losses = history.history.get("loss", [])
+    if terminate_on_nan and losses:
+        check_loss(float(losses[-1]), len(losses), " (keras.callbacks.TerminateOnNaN)")
