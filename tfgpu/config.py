@@ -500,9 +500,13 @@ def _too_deep(label: str) -> ConfigError:
 
 
 def _read_yaml(text: str, label: str) -> tuple[Any, dict[tuple, int], dict[tuple, str]]:
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+    try:  # one parse: the node (for line numbers) and the data built from it, as yaml.safe_load does
+        loader = yaml.SafeLoader(text)
+        try:
+            node = loader.get_single_node()
+            data = loader.construct_document(node) if node is not None else None
+        finally:
+            loader.dispose()
     except yaml.YAMLError as exc:
         raise _yaml_error(label, exc, text) from None
     except RecursionError:
@@ -823,8 +827,6 @@ def _load(source: Any, overrides: Sequence[str], sections: dict[str, Any]) -> Co
                 "to use the defaults.",
             )
         src = _Source(label, positions, raw)
-    if data is None:
-        data = {}
     if isinstance(data, dict) and (overrides or sections):
         data = _plain_copy(data)
         for item in overrides:

@@ -165,11 +165,11 @@ def _memory_calls(config: Config, gpus: list[GpuInfo], warnings: list[str]) -> l
     dev = config.devices
     split = dev.gpu_logical_devices
     limited = dev.memory_limit_mib is not None or dev.memory_fraction is not None
-    growth = dev.memory_growth if dev.memory_growth is not None else (not limited and split == 1)
+    # The config refuses a split without a limit, so "limited" covers every fixed-size case.
+    growth = dev.memory_growth if dev.memory_growth is not None else not limited
     calls: list[TfCall] = []
-    if dev.memory_growth and (limited or split > 1):
-        fixed = "devices.memory_limit_mib" if dev.memory_limit_mib is not None else (
-            "devices.memory_fraction" if dev.memory_fraction is not None else "devices.gpu_logical_devices")
+    if dev.memory_growth and limited:
+        fixed = "devices.memory_limit_mib" if dev.memory_limit_mib is not None else "devices.memory_fraction"
         warnings.append(
             f"devices.memory_growth: true and {fixed} are both set; a capped or split GPU is a fixed-size "
             f"logical device that cannot grow (TensorFlow refuses both on one GPU), so {fixed} is applied and "
@@ -243,17 +243,15 @@ def _cross_device_ops(config: Config, kind: str, devices: tuple[str, ...], probe
     on_gpus = all(d.startswith("/gpu:") for d in devices)
     virtual = config.devices.gpu_logical_devices > 1
     nccl_ok = on_gpus and not virtual and probe.platform.startswith("linux")
+    fallback = "hierarchical_copy" if on_gpus and not virtual else "reduce_to_one_device"
     if requested == "auto":
-        if nccl_ok:
-            return "nccl"
-        return "hierarchical_copy" if on_gpus and not virtual else "reduce_to_one_device"
+        return "nccl" if nccl_ok else fallback
     if requested == "nccl" and not nccl_ok:
         why = (
             "the replicas are not all GPUs" if not on_gpus
             else "logical GPUs share a physical GPU" if virtual
             else "NCCL is only available on Linux"
         )
-        fallback = "hierarchical_copy" if on_gpus and not virtual else "reduce_to_one_device"
         warnings.append(f"distribute.cross_device_ops: nccl cannot work here ({why}); using {fallback} instead")
         return fallback
     if requested == "hierarchical_copy" and not on_gpus:
