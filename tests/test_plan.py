@@ -234,3 +234,15 @@ def test_a_strategy_device_named_by_its_physical_index_explains_the_renumbering(
         plan(4, devices={"visible_gpus": [2, 3]}, distribute={"devices": ["/gpu:3"]})
     assert "TensorFlow numbers the visible GPUs from 0: with devices.visible_gpus [2, 3], GPU 2 is /gpu:0, " \
            "GPU 3 is /gpu:1." in err.value.message
+
+
+def test_overriding_a_loaded_config_keeps_what_was_set_explicitly():
+    # setup(cfg, devices=...) re-validates a loaded Config; which keys the user set must survive.
+    placement = load_config({"devices": {"log_device_placement": True}})
+    again = load_config(placement, devices={"soft_placement": False})
+    p = make_plan(again, Probe(env={"TF_CPP_MIN_LOG_LEVEL": "1"}))
+    assert p.env["TF_CPP_MIN_LOG_LEVEL"] == "0" and not p.warnings
+    assert again.devices.soft_placement is False and again.devices.log_device_placement is True
+    kept = make_plan(load_config(load_config({"train": {"epochs": 2}}), train={"epochs": 3}),
+                     Probe(env={"TF_CPP_MIN_LOG_LEVEL": "1"}))
+    assert "TF_CPP_MIN_LOG_LEVEL" not in kept.env  # the user's own value is left alone

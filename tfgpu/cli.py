@@ -140,7 +140,7 @@ def devices(recipe: str | None, overrides: tuple[str, ...], as_json: bool, no_te
     from .doctor import describe_facts  # noqa: PLC0415
     from .probe import Facts, probe, probe_packages, probe_tensorflow  # noqa: PLC0415
 
-    config = load_config(recipe, overrides=overrides).to_dict() if (recipe or overrides) else None
+    config = load_config(recipe, overrides=overrides).explicit_dict() if (recipe or overrides) else None
     facts = Facts(machine=probe(), packages=probe_packages(),
                   tensorflow=None if no_tensorflow else probe_tensorflow(config))
     if as_json:

@@ -389,6 +389,15 @@ class Config(_Section):
         """The resolved configuration as plain data (what a run saves)."""
         return self.model_dump(mode="python")
 
+    def explicit_dict(self) -> dict[str, Any]:
+        """Only the keys that were given (file, dict, overrides), not the defaults.
+
+        Loading it again gives an equal config that also knows which keys were
+        set; planning depends on that (e.g. an explicit ``tensorflow.log_level``
+        replaces an existing ``TF_CPP_MIN_LOG_LEVEL``, a default one does not).
+        """
+        return self.model_dump(mode="python", exclude_unset=True)
+
     def to_yaml(self) -> str:
         """The resolved configuration as YAML."""
         return yaml.safe_dump(self.to_dict(), sort_keys=False, default_flow_style=None)
@@ -794,7 +803,7 @@ def _load(source: Any, overrides: Sequence[str], sections: dict[str, Any]) -> Co
         env_path = os.environ.get(CONFIG_ENV)
         source = env_path if env_path else {}
     if isinstance(source, Config):
-        data: Any = source.to_dict()
+        data: Any = source.explicit_dict()
         src = _Source("config")
     elif isinstance(source, Mapping):
         data = _plain_copy(source)
