@@ -221,6 +221,12 @@ def test_tensorflow_that_cannot_start(error, fix):
     assert error in f.seen and fix in f.fix
 
 
+def test_keras_that_cannot_import_beside_a_working_tensorflow():
+    f = find(diagnose(facts(tf=tf_facts(2, import_error="keras: ImportError: cannot import name 'ops'"))),
+             "tensorflow-import", "error")
+    assert "TensorFlow 2.21.0 imports, but keras: ImportError" in f.seen and "keras>=3" in f.fix
+
+
 def test_a_rocm_build_cannot_use_nvidia_gpus():
     findings = diagnose(facts(tf=tf_facts(0, build={"is_cuda_build": False, "is_rocm_build": True})))
     assert "ROCm (AMD) build" in find(findings, "tensorflow-build", "warning").seen
@@ -451,6 +457,8 @@ def test_devices_and_doctor_with_a_tensorflow_that_cannot_start(tmp_path, body, 
     devices = run_cli("devices", PYTHONPATH=str(tmp_path))
     assert devices.returncode == 0, devices.stderr
     assert "NVML" in devices.stdout and "TensorFlow: cannot start:" in devices.stdout
+    with_recipe = run_cli("devices", "recipes/mnist.yaml", PYTHONPATH=str(tmp_path))  # setup() meets it first
+    assert with_recipe.returncode == 0 and devices.stdout.splitlines()[-1] in with_recipe.stdout
     doctor = run_cli("doctor", "--json", PYTHONPATH=str(tmp_path))
     assert doctor.returncode == 9
     finding = [f for f in json.loads(doctor.stdout)["findings"] if f["check"] == "tensorflow-import"][0]

@@ -25,6 +25,9 @@ def _facts(config: Any, logical: bool) -> dict[str, Any]:
             tfgpu.setup(config)
         except tfgpu.TfgpuError as exc:
             out["setup_error"] = str(exc)
+        except Exception as exc:  # noqa: BLE001 - setup() imports TensorFlow: its failure is the finding
+            out["import_error"] = f"{type(exc).__name__}: {exc}"
+            return out
     try:
         import tensorflow as tf  # noqa: PLC0415
     except Exception as exc:  # noqa: BLE001 - any import failure is the finding

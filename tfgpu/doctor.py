@@ -233,6 +233,10 @@ def check_tensorflow(facts: Facts, config: Optional[Config]) -> list[Finding]:
             fix = ("TensorFlow's wheels need a CPU with AVX; on older CPUs build TensorFlow from source, or "
                    "use a newer machine. Also: " + fix)
         return [Finding("tensorflow-import", "error", "TensorFlow starts", f"import tensorflow failed: {error}", fix)]
+    if tf.import_error:  # TensorFlow imported, Keras did not
+        return [Finding("tensorflow-import", "error", "TensorFlow starts",
+                        f"TensorFlow {tf.version} imports, but {tf.import_error}",
+                        "pip install -U 'keras>=3' (TensorFlow 2.16+ uses Keras 3).")]
     build = tf.build_info
     if build.get("is_cuda_build"):
         caps = ", ".join(build.get("cuda_compute_capabilities") or [])
