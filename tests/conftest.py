@@ -39,6 +39,13 @@ def run_cli(*args: str, cwd: Path = ROOT, timeout: int = 600, **env: str) -> sub
                           timeout=timeout, env=child_env(**env), cwd=cwd)
 
 
+def one_paragraph(text: str) -> None:
+    """A message a user can read at once: not empty, no blank line, no traceback."""
+    assert text.strip(), "empty message"
+    assert "\n\n" not in text.strip(), f"more than one paragraph:\n{text}"
+    assert "Traceback" not in text, text
+
+
 @pytest.fixture
 def mnist_dir() -> Path:
     path = data_dir() / "mnist"

@@ -34,20 +34,13 @@ from tfgpu.model import require_model
 from tfgpu.plan import make_plan
 from tfgpu.probe import GpuInfo, Probe
 
-from .conftest import ROOT, child_env, run_cli, run_python
+from .conftest import ROOT, child_env, one_paragraph, run_cli, run_python
 from .test_data import idx_bytes, make_idx_dir
 
 RECIPE = "recipes/mnist.yaml"
 TWO_GPUS = Probe(gpus=(GpuInfo(0, "Fake GPU 0", 16384, "GPU-0000", 0), GpuInfo(1, "Fake GPU 1", 16384, "GPU-0001", 1)))
 NO_TOTAL = Probe(gpus=(GpuInfo(0, "Fake GPU without NVML memory", None),))
 GOOD_LAYERS = "[Flatten, {Dense: {units: 10, activation: softmax}}]"
-
-
-def one_paragraph(text: str) -> None:
-    """A message a user can read at once: not empty, no blank line, no traceback."""
-    assert text.strip(), "empty message"
-    assert "\n\n" not in text.strip(), f"more than one paragraph:\n{text}"
-    assert "Traceback" not in text, text
 
 
 def check(exc: TfgpuError, cls: type, code: int, fragments: list[str]) -> None:

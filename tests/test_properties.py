@@ -21,6 +21,8 @@ from hypothesis import strategies as st
 from tfgpu.config import Config, load_config
 from tfgpu.errors import ConfigError, TfgpuError
 
+from .conftest import one_paragraph
+
 SETTINGS = settings(max_examples=200, deadline=None, derandomize=True, database=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
@@ -53,8 +55,8 @@ def outcome(source, *, overrides=(), **sections):
     except ConfigError as exc:
         assert isinstance(exc, TfgpuError) and exc.exit_code == 3
         message = exc.message
-        assert isinstance(message, str) and message.strip(), "empty message"
-        assert "\n\n" not in message.strip(), f"more than one paragraph:\n{message}"
+        assert isinstance(message, str)
+        one_paragraph(message)
         assert "Traceback" not in str(exc), str(exc)
         assert exc.hint.strip(), f"no fix given for:\n{message}"
         return exc
