@@ -89,3 +89,24 @@ def _no_env_leak():
     changed = {k for k in before.keys() | after.keys()
                if before.get(k) != after.get(k) and k != "PYTEST_CURRENT_TEST"}
     assert not changed, f"test leaked environment changes: {sorted(changed)}"
+
+
+@pytest.fixture(scope="session")
+def mnist_png(tmp_path_factory) -> Path:
+    """The real offline MNIST as a PNG class folder: ``<dir>/{train,test}/<digit>/<n>.png`` (Pillow, no TensorFlow)."""
+    from recipes.make_examples import write_png_folder  # noqa: PLC0415
+
+    return write_png_folder(tmp_path_factory.mktemp("mnist_png"))
+
+
+@pytest.fixture(scope="session")
+def mnist_tfrecord(tmp_path_factory) -> Path:
+    """The real offline MNIST as 8 TFRecord shards per split (PNG-encoded ``image``, int64 ``label``)."""
+    out = tmp_path_factory.mktemp("mnist_tfrecord")
+    result = run_python(f"""
+        from pathlib import Path
+        from recipes.make_examples import write_tfrecords
+        write_tfrecords(Path({str(out)!r}), shards=8)
+    """, TF_CPP_MIN_LOG_LEVEL="3")
+    assert result.returncode == 0, result.stderr[-3000:]
+    return out

@@ -28,14 +28,14 @@ import pytest
 import yaml
 
 from tfgpu.config import load_config
-from tfgpu.data import IDX_FILES, load_arrays
+from tfgpu.data.keras_datasets import IDX_FILES
 from tfgpu.errors import ConfigError, DataError, DeviceError, TfgpuError
 from tfgpu.model import require_model
 from tfgpu.plan import make_plan
 from tfgpu.probe import GpuInfo, Probe
 
 from .conftest import ROOT, child_env, one_paragraph, run_cli, run_python
-from .test_data import idx_bytes, make_idx_dir
+from .test_data import idx_bytes, load_arrays, make_idx_dir
 
 RECIPE = "recipes/mnist.yaml"
 TWO_GPUS = Probe(gpus=(GpuInfo(0, "Fake GPU 0", 16384, "GPU-0000", 0), GpuInfo(1, "Fake GPU 1", 16384, "GPU-0001", 1)))
@@ -104,7 +104,7 @@ FILE_CASES = [
     pytest.param("model:\n  layers: " + GOOD_LAYERS + "\n  optimiser: adam\n",
                  ["recipe.yaml:3", "unknown key 'model.optimiser'", "Did you mean 'model.optimizer'?"],
                  id="unknown-nested-key"),
-    pytest.param("data:\n  zzz: 1\n", ["unknown key 'data.zzz'", "Allowed keys here: name, path, shuffle_buffer, cache"],
+    pytest.param("data:\n  zzz: 1\n", ["unknown key 'data.zzz'", "Allowed keys here: kind, name, path, validation_split, seed, rescale, normalize, shuffle_buffer, cache"],
                  id="unknown-key-lists-allowed"),
     # wrong types
     pytest.param("train:\n  batch_size_per_replica: big\n",
@@ -112,7 +112,7 @@ FILE_CASES = [
                  id="string-for-int"),
     pytest.param("train:\n  epochs: '3'\n", ["'train.epochs'", "Received: '3' (str)"], id="quoted-number-for-int"),
     pytest.param("train:\n  epochs: 2.5\n", ["'train.epochs'", "Received: 2.5 (float)"], id="float-for-int"),
-    pytest.param("data:\n  cache: [true]\n", ["'data.cache'", "valid boolean", "Received: [True] (list)"],
+    pytest.param("output:\n  save_model: [true]\n", ["'output.save_model'", "valid boolean", "Received: [True] (list)"],
                  id="list-for-bool"),
     pytest.param("devices:\n  soft_placement: 'yes'\n", ["'devices.soft_placement'", "Received: 'yes' (str)"],
                  id="quoted-yes-for-bool"),
@@ -388,8 +388,10 @@ DATA_CASES = [
                  ["x_train holds the pixel value 0.5", "0 to 255", "scaled to [0, 1]"], id="images-already-scaled"),
     pytest.param(lambda d: _npz(d, y_train=np.array(list("abcdefghijkl"))), ["y_train holds <U1 values"],
                  id="text-labels"),
+    pytest.param(lambda d: _npz(d, x_train=np.zeros((12, 784), np.uint8)),
+                 ["x_train has shape (12, 784)", "expected images (N, rows, cols)"], id="images-flattened"),
     pytest.param(lambda d: _npz(d, x_train=np.zeros((12, 28, 28, 1), np.uint8)),
-                 ["x_train has shape (12, 28, 28, 1)", "expected (N, rows, cols)"], id="images-with-channel-axis"),
+                 ["train images are (28, 28, 1) but test images (28, 28)"], id="train-and-test-shapes-differ"),
 ]
 
 
@@ -487,14 +489,14 @@ import json, sys, traceback
 import numpy as np, yaml
 from tfgpu.config import load_config
 from tfgpu.errors import TfgpuError
-from tfgpu.model import build_model, check_fits, make_optimizer
+from tfgpu.model import build_model, check_fits, make_optimizer, target_of
 
 x = np.zeros((2, 28, 28, 1), np.float32)
 y = np.array([3, 4], np.uint8)
 for case_id, text in json.loads(sys.argv[1]).items():
     try:
         cfg = load_config({"model": yaml.safe_load(text)})
-        model = build_model(cfg.model, (28, 28, 1), 10)
+        model = build_model(cfg.model, (28, 28, 1), target_of("classification", 10, 10, cfg.model.loss))
         make_optimizer(cfg.model.optimizer)
         check_fits(model, cfg.model.loss, cfg.model.metrics, x, y)
         out = {"cls": None}

@@ -1,4 +1,4 @@
-"""Dataset loading from every supported layout, and every way the files can be wrong."""
+"""The Keras built-ins from every supported layout, and every way their files can be wrong (no TensorFlow)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tfgpu.data import IDX_FILES, load_arrays, read_idx
+from tfgpu.config import load_config
+from tfgpu.data import LoadContext, source_for
+from tfgpu.data.keras_datasets import IDX_FILES, read_idx
 from tfgpu.errors import DataError
+
+
+def load_arrays(name: str = "mnist", path: str | None = None, **data):
+    """The Keras source for ``data: {name, path, ...}``, checked and loaded (in memory: no TensorFlow)."""
+    cfg = load_config({"data": {"kind": "mnist" if name == "mnist" else "keras", "name": name, "path": path, **data}})
+    source = source_for(cfg.data, cfg.model.loss, cfg.tensorflow.seed)
+    source.check()
+    return source.load(LoadContext(global_batch_size=32, num_replicas=1))
 
 
 def idx_bytes(array: np.ndarray, magic: int) -> bytes:
@@ -35,17 +45,19 @@ def make_idx_dir(directory: Path, n_train: int = 12, n_test: int = 5, gz: bool =
 
 def test_shared_mnist_is_read_with_counts_from_the_headers(mnist_dir):
     data = load_arrays("mnist", str(mnist_dir / "idx"))
-    assert data.x_train.shape == (22699, 28, 28) and data.x_train.dtype == np.uint8
-    assert data.y_train.shape == (22699,) and data.x_test.shape == (10000, 28, 28)
-    assert data.num_classes == 10 and data.input_shape == (28, 28, 1)
+    assert data.train.x.shape == (22699, 28, 28) and data.train.x.dtype == np.uint8
+    assert data.train.y.shape == (22699,) and data.validation.x.shape == (10000, 28, 28)
+    assert data.validation_is_test and data.test is None  # without validation_split, the test split validates
+    assert data.spec.num_classes == 10 and data.spec.input_shape == (28, 28, 1)
+    assert data.spec.rescale == pytest.approx(1 / 255) and data.spec.task == "classification"
     npz = load_arrays("mnist", str(mnist_dir / "mnist.npz"))
-    assert np.array_equal(npz.x_train, data.x_train) and np.array_equal(npz.y_test, data.y_test)
+    assert np.array_equal(npz.train.x, data.train.x) and np.array_equal(npz.validation.y, data.validation.y)
 
 
 def test_tfgpu_data_dir_points_at_the_dataset_folder(monkeypatch, mnist_dir):
     monkeypatch.setenv("TFGPU_DATA_DIR", str(mnist_dir.parent))
     data = load_arrays("mnist")
-    assert len(data.x_train) == 22699 and data.source.endswith("mnist.npz")
+    assert len(data.train.x) == 22699 and data.spec.source.endswith("mnist.npz")
 
 
 @pytest.mark.parametrize("gz", [True, False])
@@ -53,13 +65,13 @@ def test_tfgpu_data_dir_points_at_the_dataset_folder(monkeypatch, mnist_dir):
 def test_idx_layouts(tmp_path, gz, sub):
     arrays = make_idx_dir(tmp_path / sub if sub else tmp_path, gz=gz)
     data = load_arrays("mnist", str(tmp_path))
-    assert np.array_equal(data.x_train, arrays["x_train"]) and np.array_equal(data.y_test, arrays["y_test"])
+    assert np.array_equal(data.train.x, arrays["x_train"]) and np.array_equal(data.validation.y, arrays["y_test"])
 
 
 def test_npz_in_a_directory(tmp_path):
     arrays = make_idx_dir(tmp_path / "scratch")
     np.savez(tmp_path / "mnist.npz", **arrays)
-    assert len(load_arrays("mnist", str(tmp_path)).x_train) == 12
+    assert len(load_arrays("mnist", str(tmp_path)).train.x) == 12
 
 
 def test_missing_path(tmp_path):
@@ -69,7 +81,7 @@ def test_missing_path(tmp_path):
 
 
 def test_directory_without_data(tmp_path):
-    with pytest.raises(DataError, match="holds neither mnist.npz nor the four MNIST IDX files"):
+    with pytest.raises(DataError, match="holds neither mnist.npz nor the four IDX files"):
         load_arrays("mnist", str(tmp_path))
 
 

@@ -62,6 +62,7 @@ def main() -> None:
     \b
     tfgpu run recipes/mnist.yaml                      train a recipe
     tfgpu run recipes/mnist.yaml --set train.loop=custom
+    tfgpu evaluate runs/mnist-20261123-101500        evaluate a run's saved model
     tfgpu plan recipes/mnist.yaml                     show what would be applied
     tfgpu devices                                     GPUs (NVML) and TensorFlow's devices
     tfgpu doctor                                      why TensorFlow does not see the GPU
@@ -83,6 +84,25 @@ def run(recipe: str, overrides: tuple[str, ...], output_dir: str | None) -> None
     from .runner import run as run_recipe  # noqa: PLC0415
 
     run_recipe(recipe, overrides, output_dir)
+
+
+@main.command(context_settings=CONTEXT)
+@click.argument("run_dir", type=click.Path())
+@_set_option
+@click.option("--split", "splits", type=click.Choice(["validation", "test", "all"]), default="all", show_default=True,
+              help="Which split to evaluate.")
+@handle_errors
+def evaluate(run_dir: str, overrides: tuple[str, ...], splits: str) -> None:
+    """Reload RUN_DIR/model.keras and evaluate it on the run's validation and test data.
+
+    The run's config.yaml is used again (same data, same validation_split and
+    seed, same rescaling), with --set on top for other data, e.g.
+    --set data.test_path=photos/new. Writes RUN_DIR/evaluation.json (an
+    earlier one is kept as evaluation-<time>.json).
+    """
+    from .evaluate import evaluate_run  # noqa: PLC0415
+
+    evaluate_run(run_dir, overrides, ("validation", "test") if splits == "all" else (splits,))
 
 
 _machine_option = click.option(

@@ -12,8 +12,11 @@ from __future__ import annotations
 import difflib
 import importlib
 import inspect
+import os
 import re
-from typing import Any
+import sys
+from dataclasses import dataclass
+from typing import Any, Optional
 
 from .config import ModelConfig
 from .errors import ConfigError
@@ -66,10 +69,17 @@ def _unknown(key: str, kind: str, name: str, table: dict[str, type]) -> ConfigEr
     )
 
 
+#: Keras's short names for losses and metrics (``keras.losses.get("mse")``), by the class's snake_case name.
+ALIASES = {"mse": "mean_squared_error", "mae": "mean_absolute_error", "mape": "mean_absolute_percentage_error",
+           "msle": "mean_squared_logarithmic_error", "logcosh": "log_cosh", "kld": "kl_divergence",
+           "rmse": "root_mean_squared_error"}
+
+
 def _resolve(key: str, kind: str, spec: Any, module: Any, base: type) -> tuple[type, dict[str, Any]]:
     """A spec (name or mapping) -> the Keras class it names, and its arguments."""
     name, args = _split_spec(spec)
     table = _catalogue(module, base)
+    name = ALIASES.get(name.lower(), name) if kind in ("loss", "metric") else name
     cls = table.get(name) or table.get(name.lower())
     if cls is None:
         raise _unknown(key, kind, name, table)
@@ -132,8 +142,21 @@ def make_optimizer(spec: Any, lr_scale: float = 1.0) -> tuple[Any, float]:
 
 
 def loss_name(spec: Any) -> str:
-    """The snake_case name of a loss spec (``"sparse_categorical_crossentropy"``)."""
-    return _snake(_split_spec(spec)[0])
+    """The snake_case name of a loss spec, aliases spelled out (``"mse"`` -> ``"mean_squared_error"``)."""
+    name = _snake(_split_spec(spec)[0]) if isinstance(spec, (str, dict)) and _split_spec(spec)[0] else ""
+    return ALIASES.get(name, name)
+
+
+#: Losses that train on values (regression), and those that take one probability per sample for two classes.
+REGRESSION_LOSSES = ("mean_squared_error", "mean_absolute_error", "mean_absolute_percentage_error",
+                     "mean_squared_logarithmic_error", "huber", "log_cosh", "cosine_similarity", "poisson")
+BINARY_LOSSES = ("binary_crossentropy", "binary_focal_crossentropy", "hinge", "squared_hinge")
+
+
+def loss_family(spec: Any) -> str:
+    """``model.loss`` -> ``"regression"`` (mse, mae, ...), ``"binary"`` (binary_crossentropy, ...) or ``"classes"``."""
+    name = loss_name(spec)
+    return "regression" if name in REGRESSION_LOSSES else "binary" if name in BINARY_LOSSES else "classes"
 
 
 def make_loss(spec: Any, per_example: bool = False) -> Any:
@@ -204,6 +227,8 @@ def _layer(i: int, item: Any) -> Any:
 
 
 def _from_builder(cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int) -> Any:
+    if os.getcwd() not in sys.path and "" not in sys.path:  # 'package.module' from here, as with python -m
+        sys.path.insert(0, os.getcwd())
     keras = _keras()
     module_name, _, func_name = cfg.builder.partition(":")
     try:
@@ -269,31 +294,73 @@ def require_model(cfg: ModelConfig) -> None:
         )
 
 
-def build_model(cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int) -> Any:
+@dataclass(frozen=True)
+class Target:
+    """What the model's output must be for the data and the loss.
+
+    Attributes:
+        units: values per sample in the output, ``(batch, units)``.
+        num_classes: what a model builder gets as ``num_classes``: the classes
+            (classification) or the values per target (regression).
+        what: the data's side, in words (``the data has 10 classes``).
+        layer: a last layer that fits, in recipe syntax.
+    """
+
+    units: int
+    num_classes: int
+    what: str
+    layer: str
+
+
+def target_of(task: str, num_classes: Optional[int], units: int, loss: Any) -> Target:
+    """The :class:`Target` for a task (``classification``/``regression``), its classes and output units."""
+    if task == "regression":
+        plural = "s" if units != 1 else ""
+        return Target(units, units, f"the targets have {units} value{plural} per sample",
+                      f"Dense: {{units: {units}}} (no activation)")
+    if units == 1:
+        return Target(1, int(num_classes or 2), f"the data has 2 classes and the loss '{_split_spec(loss)[0]}' takes one "
+                      "probability per sample", "Dense: {units: 1, activation: sigmoid}")
+    return Target(units, units, f"the data has {units} classes", f"Dense: {{units: {units}, activation: softmax}}")
+
+
+def build_model(cfg: ModelConfig, input_shape: tuple[int, ...], target: Target,
+                normalization: Optional[tuple[Any, Any]] = None) -> Any:
     """Build the (uncompiled) Keras model; call inside ``strategy.scope()``.
 
     Args:
         cfg: the ``model`` section.
         input_shape: one sample's shape, e.g. ``(28, 28, 1)``.
-        num_classes: the model's last layer must output this many values.
+        target: what the output must be (:func:`target_of`).
+        normalization: ``(mean, variance)`` per feature (the last input axis):
+            a ``keras.layers.Normalization`` with them is put at the model's
+            input (``data.normalize``), so the saved model takes raw features.
 
     Returns:
         A ``keras.Model`` mapping float32 ``(batch, *input_shape)`` to
-        ``(batch, num_classes)``.
+        ``(batch, target.units)``.
 
     Raises:
         ConfigError: no model defined, an unknown layer or bad arguments, a
             builder that fails or returns no model, or an output shape that
             does not fit the data.
+
+    Wraps: https://keras.io/api/layers/preprocessing_layers/numerical/normalization/
     """
     keras = _keras()
     require_model(cfg)
+    units = target.units
+    norm = (keras.layers.Normalization(axis=-1, mean=normalization[0], variance=normalization[1], name="normalize")
+            if normalization is not None else None)
     if cfg.builder:
-        model = _from_builder(cfg, input_shape, num_classes)
+        model = _from_builder(cfg, input_shape, target.num_classes)
+        if norm is not None:
+            inputs = keras.Input(shape=input_shape)
+            model = keras.Model(inputs, model(norm(inputs)), name=model.name)
     else:
         layers = [_layer(i, item) for i, item in enumerate(cfg.layers)]
         try:
-            model = keras.Sequential([keras.Input(shape=input_shape), *layers])
+            model = keras.Sequential([keras.Input(shape=input_shape), *([norm] if norm is not None else []), *layers])
         except Exception as exc:  # Keras raises ValueError, TypeError and others for shapes that do not fit
             raise ConfigError(
                 f"model.layers: the layers do not fit inputs of shape {input_shape}: {gist(exc)}.",
@@ -304,30 +371,30 @@ def build_model(cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int
     except Exception as exc:  # e.g. a layer that produces no output
         raise ConfigError(
             f"model: the model has no usable output for inputs of shape {input_shape}: {gist(exc)}.",
-            f"end the model with a layer of {num_classes} units, e.g. Dense: {{units: {num_classes}, activation: softmax}}.",
+            f"end the model with a layer of {units} unit{'s' if units != 1 else ''}, e.g. {target.layer}.",
         ) from None
     if not isinstance(out, tuple) or not all(isinstance(d, (int, type(None))) for d in out):
         raise ConfigError(
-            f"model: the model has several outputs ({out}); tfgpu trains a classifier with one output of "
-            f"shape (batch, {num_classes}).",
+            f"model: the model has several outputs ({out}); tfgpu trains one output of shape (batch, {units}).",
             "return a model with a single output layer.",
         )
     if len(out) != 2:
         raise ConfigError(
-            f"model: the model outputs shape {out}, but a classifier of {num_classes} classes must output "
-            f"(batch, {num_classes}): one row of class scores per sample.",
+            f"model: the model outputs shape {out}, but {target.what}, so it must output (batch, {units}): "
+            "one row of values per sample.",
             "add Flatten (or GlobalAveragePooling2D) before the last Dense layer.",
         )
-    if out[-1] != num_classes:
+    if out[-1] != units:
         raise ConfigError(
-            f"model: the model outputs {out[-1]} values per sample (output shape {out}), "
-            f"but the data has {num_classes} classes.",
-            f"end the model with a layer of {num_classes} units, e.g. Dense: {{units: {num_classes}, activation: softmax}}.",
+            f"model: the model outputs {out[-1]} values per sample (output shape {out}), but {target.what}, "
+            f"so it must output {units}.",
+            f"end the model with {target.layer}.",
         )
     return model
 
 
-def check_fits(model: Any, loss_spec: Any, metric_specs: list[Any], x: Any, y: Any) -> None:
+def check_fits(model: Any, loss_spec: Any, metric_specs: list[Any], x: Any, y: Any,
+               task: str = "classification") -> None:
     """Run the model, the loss and the metrics on a few samples before anything is written.
 
     Catches a model that cannot take the data's inputs, and a loss or metric that
@@ -338,15 +405,18 @@ def check_fits(model: Any, loss_spec: Any, metric_specs: list[Any], x: Any, y: A
     Args:
         model: the built model.
         loss_spec, metric_specs: ``model.loss`` and ``model.metrics``.
-        x, y: a small batch as the pipeline makes it (float32 images with a channel axis, labels).
+        x, y: a small batch as the pipeline makes it (float32 inputs, labels).
+        task: ``classification`` (integer class labels) or ``regression`` (value targets).
     """
+    classes = task == "classification"
+    labels = "integer classes" if classes else "values"
     try:
         pred = model(x, training=False)
     except Exception as exc:
         raise ConfigError(
             f"model: the model cannot take the data's inputs (a batch of shape {tuple(x.shape)}, float32): "
             f"{type(exc).__name__}: {gist(exc)}.",
-            "build the model for the input_shape tfgpu passes (the image shape with a channel axis).",
+            "build the model for the input_shape tfgpu passes (e.g. an image's shape with its channel axis).",
         ) from None
     shape = tuple(pred.shape)
     name = _split_spec(loss_spec)[0]
@@ -356,10 +426,10 @@ def check_fits(model: Any, loss_spec: Any, metric_specs: list[Any], x: Any, y: A
         raise
     except Exception as exc:
         raise ConfigError(
-            f"model.loss: '{name}' does not fit the labels (integer classes, shape {tuple(y.shape)}) and the "
+            f"model.loss: '{name}' does not fit the labels ({labels}, shape {tuple(y.shape)}) and the "
             f"model's outputs (shape {shape}): {type(exc).__name__}: {gist(exc)}.",
             "for integer class labels use sparse_categorical_crossentropy (categorical_crossentropy needs "
-            "one-hot labels).",
+            "one-hot labels)." if classes else "for value targets use a regression loss, e.g. mse, mae or huber.",
         ) from None
     for i, metric in enumerate(make_metrics(metric_specs, loss_spec)):
         try:
@@ -368,7 +438,8 @@ def check_fits(model: Any, loss_spec: Any, metric_specs: list[Any], x: Any, y: A
             raise ConfigError(
                 f"model.metrics[{i}]: '{_split_spec(metric_specs[i])[0]}' does not fit the labels (shape "
                 f"{tuple(y.shape)}) and the model's outputs (shape {shape}): {type(exc).__name__}: {gist(exc)}.",
-                "use a metric for integer class labels, e.g. accuracy or sparse_top_k_categorical_accuracy.",
+                "use a metric for integer class labels, e.g. accuracy or sparse_top_k_categorical_accuracy."
+                if classes else "use a metric for value targets, e.g. mae or root_mean_squared_error.",
             ) from None
 
 

@@ -17,13 +17,14 @@ directory.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import time
 from pathlib import Path
 from typing import Any, Callable
 
-from .errors import OutputError
+from .errors import ConfigError, OutputError
 
 
 def create_run_dir(parent: str, name: str) -> Path:
@@ -105,3 +106,19 @@ def write_atomic(path: Path, text: str) -> None:
 def write_json(path: Path, data: Any) -> None:
     """Write JSON atomically (see :func:`write_atomic`)."""
     write_atomic(path, json.dumps(data, indent=2, default=str) + "\n")
+
+
+def check_tensorboard(wanted: bool) -> None:
+    """``output.tensorboard: true`` needs the ``tensorboard`` package (it implements ``tf.summary``).
+
+    Checked before TensorFlow starts, without importing anything.
+
+    Raises:
+        ConfigError: it is wanted and not installed.
+    """
+    if wanted and importlib.util.find_spec("tensorboard") is None:
+        raise ConfigError(
+            "output.tensorboard: true needs the tensorboard package, which is not installed (TensorFlow 2.16+ no "
+            "longer installs it, and tf.summary writes nothing without it).",
+            "pip install 'tfgpu[tensorboard]' (or pip install tensorboard), or set output.tensorboard: false.",
+        )

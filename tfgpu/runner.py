@@ -1,9 +1,16 @@
-"""``tfgpu run``: orchestration only (config -> setup -> data -> model -> loop -> results)."""
+"""``tfgpu run``: orchestration only (config -> data check -> setup -> data -> model -> loop -> results).
+
+Each step is a function of its own module; this one orders them so that every
+error a user can cause comes before anything is written: the config (3), the
+output folder (8), local data files (5, before TensorFlow starts), the devices
+(4, 6), the data itself (5), then the model against the data (3).
+"""
 
 from __future__ import annotations
 
 import functools
 import math
+import os
 import platform
 import statistics
 import time
@@ -13,15 +20,16 @@ from typing import Any, Optional, Sequence
 
 # None of these imports TensorFlow; each module imports it inside the function that needs it.
 from . import __version__
-from .config import load_config
-from .data import load_arrays, make_datasets, needs_download, sample_batch
-from .errors import Interrupted, TfgpuError, TrainingError
+from .config import Config, load_config
+from .data import LoadContext, output_units, prepare, source_for
+from .data.pipeline import normalization_stats, sample_batch
+from .errors import ConfigError, Interrupted, TfgpuError, TrainingError
 from .loops import epoch_stats_callback, progress_mode
 from .loops.custom import train_custom
 from .loops.fit import train_fit
 from .model import (build_model, check_fits, describe_model, gist, make_loss, make_metrics, make_optimizer,
-                    require_model)
-from .results import check_parent, create_run_dir, replace_atomic, write_atomic, write_json
+                    require_model, target_of)
+from .results import check_parent, check_tensorboard, create_run_dir, replace_atomic, write_atomic, write_json
 
 # train.steps_per_execution: auto. At least this many steps per call (see
 # resolve_steps_per_execution), so Python's per-call cost is spread over many steps.
@@ -41,8 +49,28 @@ class RunResult:
     summary: dict[str, Any]
 
 
+@dataclass
+class _Built:
+    """The model and what trains it, built inside the strategy's scope."""
+
+    model: Any
+    optimizer: Any
+    learning_rate: float
+    per_call: int
+    loss: Any = None
+    metrics: Any = None
+    val_metrics: Any = None
+
+
 def _say(text: str) -> None:
     print(f"tfgpu: {text}", flush=True)
+
+
+def load_data(cfg: Config, info: Any, source: Any) -> tuple[Any, Any]:
+    """A checked source's data and pipelines for the devices ``info`` describes (after :func:`tfgpu.setup`)."""
+    context = LoadContext(global_batch_size=info.global_batch_size, num_replicas=info.num_replicas,
+                          seed=cfg.tensorflow.seed)
+    return prepare(source, cfg.data, context)
 
 
 def run(recipe: Optional[str], overrides: Sequence[str] = (), output_dir: Optional[str] = None) -> RunResult:
@@ -71,111 +99,42 @@ def run(recipe: Optional[str], overrides: Sequence[str] = (), output_dir: Option
 
     require_model(cfg.model)
     check_parent(cfg.output.dir)
-    # Local files are read first (NumPy only), so a data error comes before TensorFlow starts.
-    # The Keras download needs TensorFlow: then setup() first, as nothing may import
-    # TensorFlow before the plan's environment is set.
-    arrays = None if needs_download(cfg.data.path) else load_arrays(cfg.data.name, cfg.data.path)
+    check_tensorboard(cfg.output.tensorboard)
+    source = source_for(cfg.data, cfg.model.loss, cfg.tensorflow.seed)
+    source.check()  # local files, NumPy only: a data error comes before TensorFlow starts
     info = setup(cfg)
-    if arrays is None:
-        arrays = load_arrays(cfg.data.name, cfg.data.path)
     plan = info.plan
     for warning in plan.warnings:
         _say(f"warning: {warning}")
 
-    import keras  # noqa: PLC0415
-    import tensorflow as tf  # noqa: PLC0415
-
-    strategy = info.strategy
-    replicas = info.num_replicas
-    global_batch = info.global_batch_size
-    loop = cfg.train.loop
-    samples = len(arrays.x_train)
-    steps = math.ceil(samples / global_batch)
-    validation_steps = math.ceil(len(arrays.x_test) / global_batch)
-    per_call = resolve_steps_per_execution(cfg.train.steps_per_execution, steps)
-    with strategy.scope():
-        model = build_model(cfg.model, arrays.input_shape, arrays.num_classes)
-        optimizer, learning_rate = make_optimizer(cfg.model.optimizer, plan.lr_scale)
-        if loop == "custom" and plan.mixed_precision == "mixed_float16":
-            optimizer = keras.optimizers.LossScaleOptimizer(optimizer)  # fit wraps it itself
-        # fit trains with what compile sets; for the custom loop it makes the saved
-        # model.keras ready to evaluate and train further.
-        model.compile(optimizer=optimizer, loss=make_loss(cfg.model.loss),
-                      metrics=make_metrics(cfg.model.metrics, cfg.model.loss),
-                      jit_compile=plan.jit_compile, steps_per_execution=per_call)
-        if loop == "custom":
-            loss = make_loss(cfg.model.loss, per_example=True)
-            metrics = make_metrics(cfg.model.metrics, cfg.model.loss)
-            val_metrics = make_metrics(cfg.model.metrics, cfg.model.loss, prefix="val_")
-
-    # A loss or metric that does not fit the labels fails here, as a configuration error, before
-    # anything is written, rather than inside the first training step.
-    check_fits(model, cfg.model.loss, cfg.model.metrics, *sample_batch(arrays))
-
-    train_ds, val_ds = make_datasets(arrays, global_batch, cfg.data.shuffle_buffer, cfg.tensorflow.seed, cfg.data.cache)
+    data, pipes = load_data(cfg, info, source)
+    built = _build(cfg, info, data, pipes.steps_per_epoch)
+    profile = _profile_calls(cfg, pipes.steps_per_epoch, built.per_call)
 
     name = cfg.output.name or (Path(recipe).stem if recipe else "run")
     run_dir = create_run_dir(cfg.output.dir, name)
     write_atomic(run_dir / "config.yaml", cfg.to_yaml())
     write_json(run_dir / "plan.json", plan.to_dict())
-
-    summary: dict[str, Any] = {
-        "status": "running",
-        "recipe": str(recipe) if recipe else None,
-        "run_dir": str(run_dir),
-        "started_at": started_at,
-        "loop": loop,
-        "versions": {"tfgpu": __version__, "tensorflow": tf.__version__, "keras": keras.__version__,
-                     "python": platform.python_version()},
-        "physical_devices": list(info.physical_devices),
-        "logical_devices": list(info.logical_devices),
-        "gpus": [g.name for g in plan.gpus],
-        "strategy": type(strategy).__name__,
-        "strategy_devices": list(plan.strategy.devices),
-        "cross_device_ops": plan.strategy.cross_device_ops,
-        "num_replicas": replicas,
-        "batch_size_per_replica": plan.batch_size_per_replica,
-        "global_batch_size": global_batch,
-        "steps_per_epoch": steps,
-        "steps_per_execution": per_call,
-        "lr_scaling": plan.lr_scaling,
-        "learning_rate": learning_rate,
-        "jit_compile": plan.jit_compile,
-        "jit_compile_reason": plan.jit_compile_reason,
-        "mixed_precision": plan.mixed_precision,
-        "data": {"source": arrays.source, "train_samples": samples, "validation_samples": len(arrays.x_test)},
-        "model": describe_model(model),
-        "epochs_planned": cfg.train.epochs,
-        "epochs": [],
-        "warnings": list(plan.warnings),
-    }
+    summary = _summary(cfg, recipe, run_dir, started_at, info, data, pipes, built, profile)
     write_json(run_dir / "summary.json", summary)
+    _banner(run_dir, info, data, pipes, built, cfg)
 
-    _say(f"run directory {run_dir}")
-    _say(f"devices: {', '.join(info.logical_devices)}")
-    _say(f"strategy: {type(strategy).__name__} on {', '.join(plan.strategy.devices) or 'the default device'}"
-         + (f" ({plan.strategy.cross_device_ops})" if plan.strategy.cross_device_ops else ""))
-    _say(f"global batch: {plan.batch_size_per_replica} per replica x {replicas} replicas = {global_batch}; "
-         f"{steps} steps per epoch; loop: {loop}; learning rate {learning_rate:g}"
-         + (f" ({plan.lr_scaling} scaling)" if plan.lr_scaling != "none" else ""))
-    _say(f"steps per call: {per_call}; XLA: {'on' if plan.jit_compile else 'off'} ({plan.jit_compile_reason}); "
-         f"precision: {plan.mixed_precision}")
+    import keras  # noqa: PLC0415
 
+    samples = summary["data"]["train_samples"]
     stats = epoch_stats_callback(samples)
     callbacks = [stats, keras.callbacks.CSVLogger(str(run_dir / "metrics.csv"))]
+    if cfg.output.tensorboard:
+        callbacks.append(keras.callbacks.TensorBoard(log_dir=str(run_dir / "tensorboard"),
+                                                     profile_batch=tuple(profile["calls"]) if profile else 0))
     progress = progress_mode(cfg.train.progress)
     finish = functools.partial(_finish, summary, stats, started, run_dir)
     try:
-        if loop == "fit":
-            train_fit(model, train_ds, val_ds, cfg.train.epochs, steps, callbacks, progress, cfg.train.terminate_on_nan)
-        else:
-            summary["traces"] = train_custom(
-                strategy, model, optimizer, loss, metrics, val_metrics, train_ds, val_ds, cfg.train.epochs, steps,
-                validation_steps, callbacks, progress, jit_compile=plan.jit_compile,
-                terminate_on_nan=cfg.train.terminate_on_nan, steps_per_execution=per_call)
+        _train(cfg, info, built, pipes, callbacks, progress, summary)
         if cfg.output.save_model:
-            replace_atomic(run_dir / "model.keras", model.save, run_dir / ".model.tmp.keras",
+            replace_atomic(run_dir / "model.keras", built.model.save, run_dir / ".model.tmp.keras",
                            "check the disk space and permissions; the run's metrics are kept.")
+        _test(built.model, data, pipes, summary, stats)
     except KeyboardInterrupt:
         finish("interrupted")
         raise Interrupted(
@@ -189,7 +148,8 @@ def run(recipe: Optional[str], overrides: Sequence[str] = (), output_dir: Option
     except Exception as exc:  # TensorFlow's errors (OOM, bad shapes, ...) during training
         finish("failed", f"{type(exc).__name__}: {exc}")
         raise TrainingError(
-            f"training failed in epoch {len(stats.rows) + 1}: {type(exc).__name__}: {gist(exc)}.",
+            f"training failed in epoch {min(len(stats.rows) + 1, cfg.train.epochs)}: {type(exc).__name__}: "
+            f"{gist(exc)}.",
             f"{run_dir} keeps what was written; run with --debug for the traceback.",
         ) from exc
     finish("completed")
@@ -197,6 +157,168 @@ def run(recipe: Optional[str], overrides: Sequence[str] = (), output_dir: Option
     _say(f"done in {summary['wall_seconds']:.1f}s: " + ", ".join(f"{k} {v:.4f}" for k, v in final.items())
          + f"; {run_dir}")
     return RunResult(run_dir, summary)
+
+
+def _build(cfg: Config, info: Any, data: Any, steps_per_epoch: int) -> _Built:
+    """Build and compile the model in the strategy's scope, and check it on two samples.
+
+    Raises:
+        ConfigError: the model, loss or metrics do not fit the data (before anything is written).
+    """
+    import keras  # noqa: PLC0415
+
+    spec, plan = data.spec, info.plan
+    target = target_of(spec.task, spec.num_classes,
+                       output_units(spec.task, spec.num_classes, spec.target_shape, cfg.model.loss), cfg.model.loss)
+    normalization = normalization_stats(data) if cfg.data.normalize else None
+    per_call = resolve_steps_per_execution(cfg.train.steps_per_execution, steps_per_epoch)
+    with info.strategy.scope():
+        model = build_model(cfg.model, spec.input_shape, target, normalization)
+        optimizer, learning_rate = make_optimizer(cfg.model.optimizer, plan.lr_scale)
+        if cfg.train.loop == "custom" and plan.mixed_precision == "mixed_float16":
+            optimizer = keras.optimizers.LossScaleOptimizer(optimizer)  # fit wraps it itself
+        # fit trains with what compile sets; for the custom loop it makes the saved
+        # model.keras ready to evaluate and train further.
+        model.compile(optimizer=optimizer, loss=make_loss(cfg.model.loss),
+                      metrics=make_metrics(cfg.model.metrics, cfg.model.loss),
+                      jit_compile=plan.jit_compile, steps_per_execution=per_call)
+        built = _Built(model, optimizer, learning_rate, per_call)
+        if cfg.train.loop == "custom":
+            built.loss = make_loss(cfg.model.loss, per_example=True)
+            built.metrics = make_metrics(cfg.model.metrics, cfg.model.loss)
+            built.val_metrics = make_metrics(cfg.model.metrics, cfg.model.loss, prefix="val_")
+    # A loss or metric that does not fit the labels fails here, as a configuration error, before
+    # anything is written, rather than inside the first training step.
+    check_fits(model, cfg.model.loss, cfg.model.metrics, *sample_batch(data), task=spec.task)
+    return built
+
+
+def _profile_calls(cfg: Config, steps_per_epoch: int, per_call: int) -> Optional[dict[str, list[int]]]:
+    """``train.profile_steps`` -> the training calls to profile and the steps they hold.
+
+    Keras's TensorBoard callback counts calls (``steps_per_execution`` steps each).
+
+    Raises:
+        ConfigError: the first step lies beyond the run.
+    """
+    steps = cfg.train.profile_steps
+    if steps is None:
+        return None
+    total = cfg.train.epochs * steps_per_epoch
+    if steps[0] > total:
+        raise ConfigError(
+            f"train.profile_steps: {steps} starts after the run's last step ({cfg.train.epochs} epochs x "
+            f"{steps_per_epoch} steps = {total}).",
+            f"profile steps between 1 and {total}, e.g. [{min(2, total)}, {min(5, total)}].",
+        )
+    calls = [math.ceil(steps[0] / per_call), math.ceil(min(steps[1], total) / per_call)]
+    return {"steps_asked": list(steps), "calls": calls,
+            "steps": [(calls[0] - 1) * per_call + 1, calls[1] * per_call]}
+
+
+def _summary(cfg: Config, recipe: Optional[str], run_dir: Path, started_at: float, info: Any, data: Any,
+             pipes: Any, built: _Built, profile: Optional[dict]) -> dict[str, Any]:
+    import keras  # noqa: PLC0415
+    import tensorflow as tf  # noqa: PLC0415
+
+    plan = info.plan
+    train = data.train
+    samples = train.size if train.batches is None else pipes.steps_per_epoch * info.global_batch_size
+    described = {
+        **data.spec.to_dict(),
+        "train_samples": samples,
+        "validation_samples": data.validation.size if data.validation else 0,
+        "test_samples": data.test.size if data.test else 0,
+        "splits": {s.name: s.origin for s in data.splits()},
+        "validation_is_test": data.validation_is_test,
+        "normalize": cfg.data.normalize,
+        **pipes.info,
+    }
+    return {
+        "status": "running",
+        "recipe": str(recipe) if recipe else None,
+        "run_dir": str(run_dir),
+        "cwd": os.getcwd(),
+        "started_at": started_at,
+        "loop": cfg.train.loop,
+        "versions": {"tfgpu": __version__, "tensorflow": tf.__version__, "keras": keras.__version__,
+                     "python": platform.python_version()},
+        "physical_devices": list(info.physical_devices),
+        "logical_devices": list(info.logical_devices),
+        "gpus": [g.name for g in plan.gpus],
+        "strategy": type(info.strategy).__name__,
+        "strategy_devices": list(plan.strategy.devices),
+        "cross_device_ops": plan.strategy.cross_device_ops,
+        "num_replicas": info.num_replicas,
+        "batch_size_per_replica": plan.batch_size_per_replica,
+        "global_batch_size": info.global_batch_size,
+        "steps_per_epoch": pipes.steps_per_epoch,
+        "steps_per_execution": built.per_call,
+        "lr_scaling": plan.lr_scaling,
+        "learning_rate": built.learning_rate,
+        "jit_compile": plan.jit_compile,
+        "jit_compile_reason": plan.jit_compile_reason,
+        "mixed_precision": plan.mixed_precision,
+        "data": described,
+        "model": describe_model(built.model),
+        "tensorboard": str(run_dir / "tensorboard") if cfg.output.tensorboard else None,
+        "profile": profile,
+        "epochs_planned": cfg.train.epochs,
+        "epochs": [],
+        "warnings": list(plan.warnings),
+    }
+
+
+def _banner(run_dir: Path, info: Any, data: Any, pipes: Any, built: _Built, cfg: Config) -> None:
+    plan, spec = info.plan, data.spec
+    _say(f"run directory {run_dir}")
+    _say(f"devices: {', '.join(info.logical_devices)}")
+    _say(f"strategy: {type(info.strategy).__name__} on {', '.join(plan.strategy.devices) or 'the default device'}"
+         + (f" ({plan.strategy.cross_device_ops})" if plan.strategy.cross_device_ops else ""))
+    sizes = ", ".join(f"{s.name} {s.size:,}" for s in data.splits())
+    what = (f"{spec.num_classes} classes" if spec.task == "classification" else "regression")
+    _say(f"data: {spec.source}: {sizes}; input {spec.input_shape}, {what}"
+         + (" (validation = the test split)" if data.validation_is_test else "")
+         + ("" if data.validation else " (no validation data)"))
+    _say(f"global batch: {plan.batch_size_per_replica} per replica x {info.num_replicas} replicas = "
+         f"{info.global_batch_size}; {pipes.steps_per_epoch} steps per epoch; loop: {cfg.train.loop}; "
+         f"learning rate {built.learning_rate:g}" + (f" ({plan.lr_scaling} scaling)" if plan.lr_scaling != "none" else ""))
+    _say(f"steps per call: {built.per_call}; XLA: {'on' if plan.jit_compile else 'off'} ({plan.jit_compile_reason}); "
+         f"precision: {plan.mixed_precision}")
+
+
+def _train(cfg: Config, info: Any, built: _Built, pipes: Any, callbacks: list, progress: str,
+           summary: dict[str, Any]) -> None:
+    if cfg.train.loop == "fit":
+        train_fit(built.model, pipes.train, pipes.validation, cfg.train.epochs, pipes.steps_per_epoch, callbacks,
+                  progress, cfg.train.terminate_on_nan)
+    else:
+        summary["traces"] = train_custom(
+            info.strategy, built.model, built.optimizer, built.loss, built.metrics, built.val_metrics, pipes.train,
+            pipes.validation, cfg.train.epochs, pipes.steps_per_epoch, pipes.validation_steps, callbacks, progress,
+            jit_compile=info.plan.jit_compile, terminate_on_nan=cfg.train.terminate_on_nan,
+            steps_per_execution=built.per_call)
+
+
+def evaluate_split(model: Any, dataset: Any, steps: int) -> dict[str, float]:
+    """``model.evaluate`` over one pass of a pipeline: ``{loss: ..., <metric>: ...}`` as floats.
+
+    Wraps https://keras.io/api/models/model_training_apis/#evaluate-method
+    """
+    result = model.evaluate(dataset, steps=steps, return_dict=True, verbose=0)
+    return {k: float(v) for k, v in result.items()}
+
+
+def _test(model: Any, data: Any, pipes: Any, summary: dict[str, Any], stats: Any) -> None:
+    """Evaluate the test split once (``test_*`` metrics); when validation is the test split, its last figures."""
+    if pipes.test is not None:
+        metrics = evaluate_split(model, pipes.test, pipes.test_steps)
+        summary["test_metrics"] = {f"test_{k}": v for k, v in metrics.items()}
+        summary["test_metrics_from"] = f"model.evaluate on the test split ({data.test.origin})"
+    elif data.validation_is_test and stats.rows:
+        last = stats.rows[-1]
+        summary["test_metrics"] = {f"test_{k[4:]}": v for k, v in last.items() if k.startswith("val_")}
+        summary["test_metrics_from"] = "the last epoch's validation, which is the test split"
 
 
 def resolve_steps_per_execution(setting: Any, steps_per_epoch: int) -> int:
@@ -229,6 +351,8 @@ def _finish(summary: dict[str, Any], stats: Any, started: float, run_dir: Path, 
     last = rows[-1] if rows else {}
     summary["final_metrics"] = {k: v for k, v in last.items()
                                 if k not in ("epoch", "epoch_seconds", "train_seconds", "samples_per_second")}
+    if summary.get("test_metrics_from", "").startswith("model.evaluate"):  # not a copy of the validation figures
+        summary["final_metrics"].update(summary["test_metrics"])
     if error:
         summary["error"] = error
     write_json(run_dir / "summary.json", summary)

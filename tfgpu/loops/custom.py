@@ -42,12 +42,13 @@ def train_custom(strategy: Any, model: Any, optimizer: Any, loss_fn: Any, metric
         loss_fn: a ``keras.losses.Loss`` with ``reduction=None`` (per-example).
         metrics, val_metrics: Keras metrics for training and validation.
         train, val: finite ``tf.data`` datasets of global batches ``(x, y)``
-            (repeated here; each epoch reads one pass of each).
+            (repeated here; each epoch reads one pass of each); ``val`` may be ``None``.
         epochs: passes over ``train``.
         steps_per_epoch, validation_steps: the number of batches in ``train``
             and in ``val`` (exactly: the iterators are not read past them).
         callbacks: Keras callbacks; they get ``on_epoch_end`` logs as with
-            ``fit``, ``on_train_batch_end`` once per call, and ``on_test_begin``.
+            ``fit``, ``on_train_batch_begin``/``_end`` once per call, and
+            ``on_test_begin``/``_end`` (with the validation logs).
         progress: ``"bar"``, ``"epoch"`` or ``"none"``.
         jit_compile: compile each replica's forward and backward pass with XLA.
         terminate_on_nan: stop at the end of an epoch whose loss is NaN or
@@ -72,7 +73,7 @@ def train_custom(strategy: Any, model: Any, optimizer: Any, loss_fn: Any, metric
     # exactly one epoch's batches per epoch: no MirroredStrategy iterator is built and torn
     # down per epoch (0.1-0.4 s each on 2 CPU cores, measured).
     train_batches = iter(strategy.experimental_distribute_dataset(train.repeat(epochs)))
-    val_batches = iter(strategy.experimental_distribute_dataset(val.repeat(epochs)))
+    val_batches = iter(strategy.experimental_distribute_dataset(val.repeat(epochs))) if val is not None else None
     scales_loss = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
     with strategy.scope():
         loss_tracker = keras.metrics.Mean(name="loss")
@@ -136,17 +137,20 @@ def train_custom(strategy: Any, model: Any, optimizer: Any, loss_fn: Any, metric
         while done < steps_per_epoch:
             # The step count is a tensor, so a shorter last call is not a new trace.
             n = min(steps_per_execution, steps_per_epoch - done)
+            cbs.on_train_batch_begin(done)
             train_steps(train_batches, tf.constant(n, tf.int32))
             done += n
             cbs.on_train_batch_end(done - 1)
             if bar is not None:
                 bar.update(done)
-        cbs.on_test_begin()
-        test_steps(val_batches, tf.constant(validation_steps, tf.int32))
-        cbs.on_test_end()
-        # The one host read of the epoch.
-        logs = {m.name: float(m.result()) for m in train_trackers}
-        logs.update({m.name: float(m.result()) for m in val_trackers})
+        val_logs: dict[str, float] = {}
+        if val_batches is not None:
+            cbs.on_test_begin()
+            test_steps(val_batches, tf.constant(validation_steps, tf.int32))
+            val_logs = {m.name: float(m.result()) for m in val_trackers}  # the epoch's host reads: this,
+            cbs.on_test_end({k[4:]: v for k, v in val_logs.items()})
+        logs = {m.name: float(m.result()) for m in train_trackers}       # and this
+        logs.update(val_logs)
         if terminate_on_nan:
             check_loss(logs["loss"], epoch + 1)
         seconds = time.perf_counter() - started

@@ -22,7 +22,8 @@ def train_fit(model: Any, train: Any, val: Any, epochs: int, steps_per_epoch: in
             training set is repeated and fit is given this count, so Keras keeps
             one iterator for the whole run instead of building a new distributed
             iterator every epoch (0.1-0.4 s each with MirroredStrategy on 2 CPU
-            cores, measured). Validation reads ``val`` to its end each epoch.
+            cores, measured). Validation reads ``val`` to its end each epoch;
+            ``val`` may be ``None`` (no validation).
         callbacks: Keras callbacks (CSVLogger, ...).
         progress: ``"bar"``, ``"epoch"`` or ``"none"``.
         terminate_on_nan: stop at the first NaN or infinite batch loss

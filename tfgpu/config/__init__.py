@@ -1,0 +1,46 @@
+"""The configuration: schema, defaults, YAML loading and overrides.
+
+One YAML file (a *recipe*) configures everything. Precedence, lowest first:
+
+1. the defaults (:mod:`.schema`);
+2. the file given (or the dict passed to :func:`tfgpu.setup`, or the file named
+   by the ``TFGPU_CONFIG`` environment variable when nothing is passed);
+3. overrides: ``--set a.b=value`` on the command line, keyword arguments to
+   :func:`tfgpu.setup` (``setup("gpu.yaml", devices={"memory_growth": False})``).
+
+Environment variables do not override individual keys. Two are read where they
+apply: ``TFGPU_CONFIG`` (above) and ``TFGPU_DATA_DIR`` (see :mod:`tfgpu.data`).
+Environment variables that TensorFlow itself reads (``TF_CPP_MIN_LOG_LEVEL``,
+``TF_GPU_ALLOCATOR``) are kept when the config leaves the key at its default,
+and replaced when the config sets it (see :mod:`tfgpu.plan`).
+
+YAML is read with ``yaml.safe_load`` semantics only: tags that construct Python
+objects are refused. Unknown keys, duplicate keys, wrong types and values out of
+range raise :class:`~tfgpu.errors.ConfigError` naming the key path, the value
+received, what is allowed and the file:line it came from.
+
+The package is split by job: :mod:`.schema` (the sections, their defaults and
+checks), :mod:`.source` (YAML with line positions, ``--set`` and keyword
+overrides, :func:`load_config`) and :mod:`.messages` (validation errors ->
+one-paragraph messages). Everything public is re-exported here. Nothing in it
+imports TensorFlow.
+"""
+
+from .schema import (
+    Config,
+    DataConfig,
+    DevicesConfig,
+    DistributeConfig,
+    FeatureSpec,
+    ModelConfig,
+    OutputConfig,
+    TensorflowConfig,
+    TrainConfig,
+    normalise_device,
+)
+from .source import CONFIG_ENV, load_config, parse_override
+
+__all__ = [
+    "CONFIG_ENV", "Config", "DataConfig", "DevicesConfig", "DistributeConfig", "FeatureSpec", "ModelConfig",
+    "OutputConfig", "TensorflowConfig", "TrainConfig", "load_config", "normalise_device", "parse_override",
+]

@@ -1,0 +1,717 @@
+"""The configuration schema: every section, key, default and check (no I/O, no TensorFlow).
+
+Each section is a strict pydantic model: unknown keys are errors and values are
+not coerced between types. Each key is documented in its section's
+``Attributes:`` block; ``docs/config.md`` and ``docs/data.md`` are the user's
+reference for the same keys.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal, Optional, Union
+
+import yaml
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationInfo, field_validator,
+                      model_validator)
+from pydantic_core import PydanticCustomError
+
+from .messages import short_repr
+
+
+def _import_path(value: str) -> str:
+    if not re.match(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$", value):
+        raise ValueError(f"{value!r} is not 'package.module:function'")
+    return value
+
+
+#: ``"package.module:function"`` (``model.builder``, ``data.builder``).
+ImportPath = Annotated[str, AfterValidator(_import_path)]
+
+
+class _Section(BaseModel):
+    """Strict base: unknown keys are errors, no silent type coercion."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, validate_default=True)
+
+
+class DevicesConfig(_Section):
+    """Which devices TensorFlow sees and how their memory is managed.
+
+    Attributes:
+        visible_gpus: ``"all"`` (default), ``"none"`` (CPU only), or a list of
+            GPU indices, e.g. ``[0, 2]``. Indices count the GPUs this process can
+            see (after any ``CUDA_VISIBLE_DEVICES`` already set), in PCI bus
+            order, as ``nvidia-smi`` numbers them. Becomes
+            ``CUDA_VISIBLE_DEVICES`` (and ``CUDA_DEVICE_ORDER=PCI_BUS_ID``).
+        memory_growth: allocate GPU memory as needed instead of all at start
+            (``tf.config.experimental.set_memory_growth``). ``null`` (default)
+            means on, unless a memory limit, fraction or logical split is set.
+        memory_limit_mib: cap each visible GPU at this many MiB
+            (``tf.config.set_logical_device_configuration``).
+        memory_fraction: cap each visible GPU at this fraction (0, 1] of its
+            total memory, read through NVML.
+        gpu_logical_devices: split each visible GPU into this many logical
+            devices, each with an equal share of the limit.
+        cpu_logical_devices: split the CPU into this many logical devices
+            (for multi-replica training without GPUs).
+        soft_placement: let ops requested on a missing device run elsewhere
+            (``tf.config.set_soft_device_placement``).
+        log_device_placement: print the device every op runs on
+            (``tf.debugging.set_log_device_placement``).
+    """
+
+    visible_gpus: Union[Literal["all", "none"], list[int]] = "all"
+    memory_growth: Optional[bool] = None
+    memory_limit_mib: Optional[int] = Field(None, gt=0)
+    memory_fraction: Optional[float] = Field(None, gt=0, le=1)
+    gpu_logical_devices: int = Field(1, ge=1, le=64)
+    cpu_logical_devices: int = Field(1, ge=1, le=256)
+    soft_placement: bool = True
+    log_device_placement: bool = False
+
+    @field_validator("visible_gpus", mode="before")
+    @classmethod
+    def _check_visible(cls, value: Any) -> Any:
+        if value in ("all", "none"):
+            return value
+        if isinstance(value, list):
+            if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in value):
+                raise ValueError("each GPU index must be an integer >= 0")
+            dupes = sorted({i for i in value if value.count(i) > 1})
+            if dupes:
+                raise ValueError(f"GPU index {dupes[0]} is listed twice")
+            return value
+        raise ValueError('expected "all", "none" or a list of GPU indices such as [0, 1]')
+
+    @model_validator(mode="after")
+    def _check_memory(self) -> "DevicesConfig":
+        if self.memory_limit_mib is not None and self.memory_fraction is not None:
+            raise ValueError(
+                "memory_limit_mib and memory_fraction are both set; set one of them: "
+                "a limit in MiB, or a fraction of each GPU's total memory"
+            )
+        limited = self.memory_limit_mib is not None or self.memory_fraction is not None
+        if self.gpu_logical_devices > 1 and not limited:
+            raise ValueError(
+                "gpu_logical_devices > 1 needs a memory size to split: set memory_limit_mib "
+                "(per physical GPU) or memory_fraction; each logical GPU gets an equal share"
+            )
+        return self
+
+
+class TensorflowConfig(_Section):
+    """TensorFlow's other process settings.
+
+    Attributes:
+        log_level: TensorFlow's C++ log level, 0 (all) to 3 (errors only).
+            Becomes ``TF_CPP_MIN_LOG_LEVEL``; left unset, an existing value in
+            the environment is kept, else 2 (0 when ``log_device_placement``
+            is on: the placement lines are INFO messages).
+        onednn_opts: oneDNN's fused CPU kernels (``TF_ENABLE_ONEDNN_OPTS``);
+            ``null`` leaves TensorFlow's default (on for x86 CPUs). Off, ops
+            keep their plain names (``MatMul``, not ``_MklMatMul``) in logs.
+        gpu_allocator: ``default`` or ``cuda_malloc_async``; becomes
+            ``TF_GPU_ALLOCATOR``.
+        mixed_precision: Keras dtype policy: ``float32``, ``mixed_float16``
+            or ``mixed_bfloat16`` (``keras.mixed_precision.set_global_policy``).
+        jit_compile: XLA for each replica's training step: ``auto``, ``true``
+            or ``false``. ``auto`` is resolved per device kind by the plan
+            (:func:`tfgpu.plan.resolve_jit`): off on CPUs (measured: XLA made
+            the seed model's step 2.8-4.4x slower on a 2-core x86 CPU), on
+            for GPUs where Keras's own ``"auto"`` would turn it on (a single
+            replica); the choice and its reason go into ``summary.json``.
+        seed: seed for Python, NumPy and TensorFlow
+            (``keras.utils.set_random_seed``); ``null`` for none.
+        deterministic_ops: make ops deterministic
+            (``tf.config.experimental.enable_op_determinism``).
+        intra_op_threads: threads inside one op; 0 lets TensorFlow choose.
+        inter_op_threads: ops run in parallel; 0 lets TensorFlow choose.
+    """
+
+    log_level: int = Field(2, ge=0, le=3)
+    onednn_opts: Optional[bool] = None
+    gpu_allocator: Literal["default", "cuda_malloc_async"] = "default"
+    mixed_precision: Literal["float32", "mixed_float16", "mixed_bfloat16"] = "float32"
+    jit_compile: Union[Literal["auto"], bool] = "auto"
+    seed: Optional[int] = Field(None, ge=0, le=2**32 - 1)
+    deterministic_ops: bool = False
+    intra_op_threads: int = Field(0, ge=0, le=1024)
+    inter_op_threads: int = Field(0, ge=0, le=1024)
+
+    @field_validator("jit_compile", mode="before")
+    @classmethod
+    def _check_jit(cls, value: Any) -> Any:
+        if value == "auto" or isinstance(value, bool):
+            return value
+        raise ValueError("expected auto, true or false")
+
+
+class DistributeConfig(_Section):
+    """The ``tf.distribute`` strategy.
+
+    Attributes:
+        strategy: ``auto`` (MirroredStrategy when there is more than one
+            replica, else OneDeviceStrategy), ``mirrored``, ``one_device`` or
+            ``default`` (no strategy: TensorFlow's default).
+        devices: explicit devices for ``mirrored`` (e.g. ``["/gpu:0",
+            "/gpu:1"]`` or ``["/cpu:0", "/cpu:1"]``) or the one device for
+            ``one_device``; ``null`` picks every visible (logical) device.
+        cross_device_ops: how replicas sum gradients: ``auto``, ``nccl``,
+            ``hierarchical_copy`` or ``reduce_to_one_device``. NCCL falls back
+            to another with a warning where it cannot work (CPU, logical GPUs).
+    """
+
+    strategy: Literal["auto", "mirrored", "one_device", "default"] = "auto"
+    devices: Optional[list[str]] = None
+    cross_device_ops: Literal["auto", "nccl", "hierarchical_copy", "reduce_to_one_device"] = "auto"
+
+    @field_validator("devices")
+    @classmethod
+    def _check_devices(cls, value: Optional[list[str]]) -> Optional[list[str]]:
+        if value is None:
+            return value
+        if not value:
+            raise ValueError("the device list is empty; give at least one device or null")
+        pattern = re.compile(r"^(/job:\w+/replica:\d+/task:\d+)?/?(device:)?(cpu|gpu):\d+$", re.I)
+        for name in value:
+            if not pattern.match(name):
+                raise ValueError(f"{name!r} is not a device name; expected e.g. '/gpu:0' or '/cpu:1'")
+        normalised = [normalise_device(name) for name in value]
+        if len(set(normalised)) != len(normalised):
+            raise ValueError("a device is listed twice")
+        return value
+
+
+def normalise_device(name: str) -> str:
+    """``'/device:GPU:1'``, ``'gpu:1'`` -> ``'/gpu:1'`` (the form tfgpu prints)."""
+    match = re.search(r"(cpu|gpu):(\d+)$", name, re.I)
+    if not match:
+        raise ValueError(f"not a device name: {name!r}")
+    return f"/{match.group(1).lower()}:{int(match.group(2))}"
+
+
+#: ``data.kind`` values, in the order the docs list them.
+DATA_KINDS = ("mnist", "keras", "arrays", "image_folder", "csv", "tfrecord", "builder")
+#: The Keras built-in datasets ``kind: keras`` reads (``kind: mnist`` is the first).
+KERAS_DATASETS = ("mnist", "fashion_mnist", "cifar10", "cifar100")
+#: Roles of arrays in an ``arrays`` source; ``data.keys`` renames them.
+ARRAY_ROLES = ("x_train", "y_train", "x_val", "y_val", "x_test", "y_test")
+#: ``tf.image.resize`` methods (``data.interpolation``).
+INTERPOLATIONS = ("bilinear", "nearest", "bicubic", "area", "lanczos3", "lanczos5", "gaussian", "mitchellcubic")
+
+_COMMON_DATA_KEYS = ("kind", "rescale", "normalize", "shuffle_buffer", "cache", "seed", "validation_split")
+_IMAGE_KEYS = ("image_size", "color_mode", "interpolation")
+#: The keys each kind reads (besides the common ones); any other key set is an error.
+DATA_KIND_KEYS: dict[str, tuple[str, ...]] = {
+    "mnist": ("name", "path"),
+    "keras": ("name", "path", "label_mode"),
+    "arrays": ("path", "keys", "num_classes"),
+    "image_folder": ("path", "validation_path", "test_path", *_IMAGE_KEYS),
+    "csv": ("path", "validation_path", "test_path", "label", "features", "delimiter", "num_classes"),
+    "tfrecord": ("path", "validation_path", "test_path", "features", "label", "compression", *_IMAGE_KEYS,
+                 "num_classes"),
+    "builder": ("builder", "builder_args", "batched", "num_classes"),
+}
+#: Keys a kind cannot do without, with what they are for (the error message's words).
+DATA_REQUIRED: dict[str, tuple[tuple[str, str], ...]] = {
+    "keras": (("name", f"the dataset: {', '.join(KERAS_DATASETS)}"),),
+    "arrays": (("path", "a .npz file, or a folder of .npy files named by their role (x_train.npy, y_train.npy, ...)"),),
+    "image_folder": (("path", "the folder with one sub-folder of images per class"),),
+    "csv": (("path", "the CSV file"), ("label", "the name of the target column")),
+    "tfrecord": (("path", "a file pattern such as 'shards/train-*.tfrecord'"),
+                 ("features", "the feature spec: name -> {dtype, shape} or {encoding: png}"),
+                 ("label", "which feature is the label")),
+    "builder": (("builder", "'package.module:function' returning the datasets"),),
+}
+
+
+def _kind_error(key: str, message: str) -> PydanticCustomError:
+    """An error of the data section located at ``data.<key>`` (messages.py reads ``ctx['loc']``).
+
+    ``message`` is final text: pydantic replaces only ``{loc}`` in it.
+    """
+    return PydanticCustomError("key_error", message, {"loc": (key,)})
+
+
+class FeatureSpec(_Section):
+    """One feature of a ``tf.train.Example`` record (``kind: tfrecord``).
+
+    Attributes:
+        dtype: how the feature is stored: ``float32`` (FloatList), ``int64``
+            (Int64List) or ``string`` (BytesList). Becomes
+            ``tf.io.FixedLenFeature(shape, dtype)``.
+        shape: the feature's shape in one record: ``[]`` for a scalar,
+            ``[30]`` for 30 floats, ``[28, 28]`` for 784 values (row-major).
+        encoding: the feature holds one encoded image (a ``string`` of
+            ``shape: []``): ``png``, ``jpeg`` (decoded with
+            ``tf.io.decode_image``, then resized to ``data.image_size`` if
+            set), or ``raw``: uint8 bytes (``tf.io.decode_raw``) reshaped to
+            ``shape``.
+    """
+
+    dtype: Literal["float32", "int64", "string"] = "float32"
+    shape: list[int] = Field(default_factory=list)
+    encoding: Optional[Literal["png", "jpeg", "raw"]] = None
+
+    @field_validator("shape", mode="before")
+    @classmethod
+    def _check_shape(cls, value: Any) -> Any:
+        if isinstance(value, list) and all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in value):
+            return value
+        raise ValueError("expected a list of sizes >= 1, e.g. [] for a scalar, [30] or [28, 28]")
+
+    @model_validator(mode="after")
+    def _check_encoding(self) -> "FeatureSpec":
+        if self.encoding in ("png", "jpeg"):
+            if "dtype" in self.model_fields_set and self.dtype != "string":
+                raise ValueError(f"an encoded image (encoding: {self.encoding}) is stored as a string, "
+                                 f"not {self.dtype}; remove dtype")
+            if self.shape:
+                raise ValueError(f"an encoded image (encoding: {self.encoding}) is one string per record "
+                                 "(shape []); its pixel shape comes from the image (or data.image_size)")
+        if self.encoding == "raw" and not self.shape:
+            raise ValueError("encoding: raw needs the shape the bytes are reshaped to, e.g. shape: [28, 28]")
+        if self.encoding is not None:
+            self.dtype = "string"
+        return self
+
+
+class DataConfig(_Section):
+    """Where the data comes from and how it is fed (``docs/data.md`` documents every key).
+
+    Attributes:
+        kind: the source: ``mnist`` (default), ``keras``, ``arrays``,
+            ``image_folder``, ``csv``, ``tfrecord`` or ``builder``. Unset, a
+            ``name`` other than ``mnist`` selects ``keras``.
+        name: ``mnist``/``keras``: the Keras built-in dataset (``mnist``,
+            ``fashion_mnist``, ``cifar10``, ``cifar100``).
+        path: the training data (file, folder or file pattern, by kind). A
+            relative path is read from the current directory; ``$VAR`` and
+            ``${VAR}`` are expanded (e.g. ``${TFGPU_DATA_DIR}/breast_cancer/breast_cancer.csv``).
+            ``mnist``/``keras`` without it: ``$TFGPU_DATA_DIR/<name>/``, else
+            the Keras download.
+        validation_path, test_path: the validation and test data, in the same
+            form as ``path`` (``image_folder``, ``csv``, ``tfrecord``).
+        validation_split: a fraction in (0, 1) of the training samples held
+            out for validation, chosen at random with ``seed``. Without it or
+            ``validation_path``, the source's own validation split is used,
+            else its test split, else there is no validation.
+        seed: the seed of ``validation_split``; ``null``: ``tensorflow.seed``,
+            else 0. The same seed always gives the same split.
+        image_size: ``[height, width]`` (or one number for a square) the
+            images are resized to (``tf.image.resize``); ``null``: the images'
+            own size, which must then be the same for all.
+        color_mode: ``grayscale``, ``rgb`` or ``rgba`` (1, 3 or 4 channels,
+            ``tf.io.decode_image(channels=...)``); ``null``: the images' own
+            channels, which must then be the same for all.
+        interpolation: the ``tf.image.resize`` method for ``image_size``.
+        keys: ``arrays``: the names of the arrays in the ``.npz`` (or the
+            ``.npy`` file stems) for each role, e.g. ``{x_train: features,
+            y_train: target}``; roles: x_train, y_train, x_val, y_val,
+            x_test, y_test.
+        label: ``csv``: the target column; ``tfrecord``: the label feature.
+        features: ``csv``: the feature columns, in order (default: every
+            column but the label); ``tfrecord``: the feature spec, a mapping
+            name -> :class:`FeatureSpec` (every feature but the label is an input).
+        delimiter: ``csv``: the field separator.
+        compression: ``tfrecord``: ``auto`` (``GZIP`` for ``.gz`` files,
+            ``ZLIB`` for ``.zz``, else none), ``none``, ``GZIP`` or ``ZLIB``.
+        label_mode: ``cifar100``: ``fine`` (100 classes) or ``coarse`` (20).
+        num_classes: the number of classes; ``null``: from the data (class
+            folders, or the largest integer label + 1). Labels must lie in
+            ``[0, num_classes)``.
+        builder: ``builder``: ``"package.module:function"`` returning the data.
+        builder_args: keyword arguments for ``builder``.
+        batched: ``builder``: the datasets it returns already yield global
+            batches (``global_batch_size``); else tfgpu shuffles and batches them.
+        rescale: multiply inputs by this in the input pipeline: a number,
+            ``'1/255'``, ``null`` (none) or ``auto``: 1/255 for 8-bit images
+            (uint8 data), none otherwise.
+        normalize: put a ``keras.layers.Normalization`` adapted on the
+            training inputs at the model's input, so ``model.keras`` takes raw
+            features.
+        shuffle_buffer: samples in the shuffle buffer; ``null``: all of them
+            (in memory), 10,000 (streamed).
+        cache: ``true`` (memory): streamed sources are decoded once, before
+            training, into memory; ``false``: read and decoded every epoch; a
+            file path: ``tf.data.Dataset.cache(path)`` on disk.
+    """
+
+    kind: Literal["mnist", "keras", "arrays", "image_folder", "csv", "tfrecord", "builder"] = "mnist"
+    name: Optional[str] = None
+    path: Optional[str] = None
+    validation_path: Optional[str] = None
+    test_path: Optional[str] = None
+    validation_split: Optional[float] = Field(None, gt=0, lt=1)
+    seed: Optional[int] = Field(None, ge=0, le=2**32 - 1)
+    image_size: Optional[list[int]] = None
+    color_mode: Optional[Literal["grayscale", "rgb", "rgba"]] = None
+    interpolation: Literal["bilinear", "nearest", "bicubic", "area", "lanczos3", "lanczos5", "gaussian",
+                           "mitchellcubic"] = "bilinear"
+    keys: dict[str, str] = Field(default_factory=dict)
+    label: Optional[str] = None
+    features: Optional[Annotated[
+        Union[Annotated[list[str], Tag("list")], Annotated[dict[str, FeatureSpec], Tag("dict")]],
+        Discriminator(lambda v: "list" if isinstance(v, list) else "dict"),
+    ]] = None
+    delimiter: str = ","
+    compression: Literal["auto", "none", "GZIP", "ZLIB"] = "auto"
+    label_mode: Literal["fine", "coarse"] = "fine"
+    num_classes: Optional[int] = Field(None, ge=2, le=2**24)
+    builder: Optional[ImportPath] = None
+    builder_args: dict[str, Any] = Field(default_factory=dict)
+    batched: bool = False
+    rescale: Union[Literal["auto"], float, None] = "auto"
+    normalize: bool = False
+    shuffle_buffer: Optional[int] = Field(None, ge=1)
+    cache: Union[bool, str] = True
+
+    @model_validator(mode="before")
+    @classmethod
+    def _kind_from_name(cls, data: Any) -> Any:
+        # data: {name: cifar10} (no kind) means the Keras built-in, as data: {name: mnist} always did.
+        if isinstance(data, dict) and "kind" not in data and data.get("name") in KERAS_DATASETS[1:]:
+            return {**data, "kind": "keras"}
+        return data
+
+    @field_validator("image_size", mode="before")
+    @classmethod
+    def _check_image_size(cls, value: Any) -> Any:
+        if isinstance(value, int) and not isinstance(value, bool):
+            value = [value, value]
+        if value is None or (isinstance(value, list) and len(value) == 2 and all(
+                isinstance(d, int) and not isinstance(d, bool) and 1 <= d <= 65536 for d in value)):
+            return value
+        raise ValueError("expected [height, width] in pixels (each 1-65536), or one number for a square")
+
+    @field_validator("keys")
+    @classmethod
+    def _check_keys(cls, value: dict[str, str]) -> dict[str, str]:
+        for role, name in value.items():
+            if role not in ARRAY_ROLES:
+                raise ValueError(f"{role!r} is not an array role; the roles are {', '.join(ARRAY_ROLES)}")
+            if not name:
+                raise ValueError(f"the array name for {role} is empty")
+        return value
+
+    @field_validator("features", mode="before")
+    @classmethod
+    def _check_features(cls, value: Any, info: ValidationInfo) -> Any:
+        kind = info.data.get("kind")
+        if value is None:
+            return value
+        if kind == "csv":
+            if not (isinstance(value, list) and value and all(isinstance(v, str) and v for v in value)):
+                raise ValueError("csv: expected a non-empty list of column names, e.g. [age, income]")
+            dupes = sorted({v for v in value if value.count(v) > 1})
+            if dupes:
+                raise ValueError(f"the column {dupes[0]!r} is listed twice")
+        elif kind == "tfrecord":
+            if not (isinstance(value, dict) and value):
+                raise ValueError("tfrecord: expected a mapping of feature names to specs, e.g. "
+                                 "{image: {encoding: png}, label: {dtype: int64}}")
+        return value
+
+    @field_validator("rescale", mode="before")
+    @classmethod
+    def _check_rescale(cls, value: Any) -> Any:
+        if value is None or value == "auto":
+            return value
+        if isinstance(value, str):
+            match = re.fullmatch(r"\s*(\d+(?:\.\d*)?)\s*/\s*(\d+(?:\.\d*)?)\s*", value)
+            if match and float(match.group(2)) > 0:
+                value = float(match.group(1)) / float(match.group(2))
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < float("inf"):
+            return float(value)
+        raise ValueError("expected auto, null (no rescaling), a number > 0 or a fraction such as '1/255'")
+
+    @field_validator("cache", mode="before")
+    @classmethod
+    def _check_cache(cls, value: Any) -> Any:
+        if value == "memory":
+            return True
+        if isinstance(value, bool) or (isinstance(value, str) and value.strip()):
+            return value
+        raise ValueError("expected true (memory), false, or a file path for tf.data's on-disk cache")
+
+    @model_validator(mode="after")
+    def _check_kind(self) -> "DataConfig":
+        kind = self.kind
+        allowed = set(_COMMON_DATA_KEYS) | set(DATA_KIND_KEYS[kind])
+        # A key of another kind left at its default (as a resolved config.yaml holds them) is harmless.
+        fields = type(self).model_fields
+        stray = [k for k in fields if k in self.model_fields_set and k not in allowed
+                 and getattr(self, k) != fields[k].get_default(call_default_factory=True)]
+        if stray:
+            owners = [k for k, keys in DATA_KIND_KEYS.items() if stray[0] in keys]
+            raise _kind_error(
+                stray[0], f"'data.{stray[0]}' is not read by data.kind {kind} (it belongs to {', '.join(owners)}); "
+                f"the keys of {kind} are: {', '.join(k for k in type(self).model_fields if k in allowed)}")
+        for key, what in DATA_REQUIRED.get(kind, ()):
+            if getattr(self, key) in (None, ""):
+                raise _kind_error(key, f"data.kind {kind} needs data.{key}: {what}")
+        if kind in ("mnist", "keras") and self.name is not None:
+            names = KERAS_DATASETS[:1] if kind == "mnist" else KERAS_DATASETS
+            if self.name not in names:
+                raise _kind_error(
+                    "name", f"{self.name!r} is not a dataset of kind {kind} ({', '.join(names)}); for your own "
+                    "files set data.kind to arrays, image_folder, csv, tfrecord or builder")
+        if self.validation_path is not None and self.validation_split is not None:
+            raise _kind_error("validation_split", "validation_path and validation_split are both set; set one: "
+                              "a separate validation set, or a fraction of the training samples")
+        if kind == "tfrecord":
+            if isinstance(self.features, list):
+                raise _kind_error("features", "tfrecord: expected a mapping of feature names to specs, e.g. "
+                                  "{image: {encoding: png}, label: {dtype: int64}}")
+            if self.label not in self.features:
+                raise _kind_error("label", f"the label feature {self.label!r} is not in data.features "
+                                  f"({', '.join(self.features)}); add its spec, e.g. {self.label}: {{dtype: int64}}")
+            if len(self.features) < 2:
+                raise _kind_error("features", "data.features holds only the label; add the input feature(s)")
+        if kind == "csv" and self.features is not None and self.label in self.features:
+            raise _kind_error("features", f"the label column {self.label!r} is also listed as a feature")
+        if len(self.delimiter) != 1:
+            raise _kind_error("delimiter", f"the delimiter must be one character; received {self.delimiter!r}")
+        return self
+
+    def kind_keys(self) -> tuple[str, ...]:
+        """The keys this section's kind reads, in schema order (what a resolved config shows)."""
+        return tuple(self.keys_for({"kind": self.kind}))
+
+    @classmethod
+    def keys_for(cls, raw: Any) -> list[str]:
+        """The keys of the kind a raw (unvalidated) data section names; every key when it names none."""
+        kind = raw.get("kind") if isinstance(raw, dict) else None
+        if not isinstance(kind, str) or kind not in DATA_KIND_KEYS:
+            kind = "keras" if isinstance(raw, dict) and raw.get("name") in KERAS_DATASETS[1:] else "mnist"
+        allowed = set(_COMMON_DATA_KEYS) | set(DATA_KIND_KEYS[kind])
+        return [k for k in cls.model_fields if k in allowed]
+
+    @property
+    def dataset_name(self) -> str:
+        """The Keras built-in's name (``mnist`` unless ``name`` says otherwise)."""
+        return self.name or "mnist"
+
+
+_Spec = Union[str, dict[str, Any]]
+
+
+_SPEC_EXAMPLES = {
+    "optimizer": ("adam", "{name: adam, learning_rate: 0.001}"),
+    "loss": ("sparse_categorical_crossentropy", "{name: sparse_categorical_crossentropy, from_logits: true}"),
+    "metric": ("accuracy", "{name: accuracy}"),
+}
+
+
+def _check_spec(value: Any, what: str) -> Any:
+    """A Keras object named by string, or a mapping with ``name`` plus arguments."""
+    name_example, mapping_example = _SPEC_EXAMPLES[what]
+    article = "an" if what[0] in "aeiou" else "a"
+    if isinstance(value, str) and value:
+        return value
+    if isinstance(value, dict):
+        name = value.get("name")
+        if not isinstance(name, str) or not name:
+            raise ValueError(
+                f"{article} {what} given as a mapping needs a 'name' key with a text value, e.g. {mapping_example}"
+            )
+        return value
+    raise ValueError(f"expected {article} {what} name (e.g. {name_example}) or a mapping with 'name' and arguments")
+
+
+class ModelConfig(_Section):
+    """The Keras model.
+
+    Attributes:
+        layers: Keras layers in order, each ``ClassName: {args}`` (or just
+            ``ClassName``) with Keras's own class names, e.g.
+            ``- Conv2D: {filters: 16, kernel_size: 3, activation: relu}``.
+            The input shape comes from the data.
+        builder: instead of ``layers``, ``"package.module:function"`` that
+            returns a ``keras.Model``; called with ``input_shape``,
+            ``num_classes`` and ``builder_args``.
+        builder_args: keyword arguments for ``builder``.
+        optimizer: Keras optimizer name (``adam``) or a mapping with ``name``
+            and its arguments (``{name: adam, learning_rate: 0.001}``).
+        loss: Keras loss name or mapping, as for ``optimizer``.
+        metrics: list of Keras metric names or mappings.
+    """
+
+    layers: Optional[list[Any]] = None
+    builder: Optional[ImportPath] = None
+    builder_args: dict[str, Any] = Field(default_factory=dict)
+    optimizer: Any = "adam"
+    loss: Any = "sparse_categorical_crossentropy"
+    metrics: list[Any] = Field(default_factory=lambda: ["accuracy"])
+
+    @field_validator("layers", mode="before")
+    @classmethod
+    def _check_layers(cls, value: Any) -> Any:
+        if value is None:
+            return value
+        if not isinstance(value, list) or not value:
+            raise ValueError("expected a non-empty list of layers, e.g. [{Dense: {units: 10}}]")
+        for i, layer in enumerate(value):
+            if isinstance(layer, str) and layer:
+                continue
+            if isinstance(layer, dict) and len(layer) == 1:
+                (name, args), = layer.items()
+                if isinstance(name, str) and (args is None or isinstance(args, dict)):
+                    continue
+            raise ValueError(
+                f"layer {i} ({short_repr(layer)}) is not 'ClassName' or 'ClassName: {{arguments}}' "
+                "(one key, its value a mapping of arguments)"
+            )
+        return value
+
+    @field_validator("optimizer", mode="before")
+    @classmethod
+    def _check_optimizer(cls, value: Any) -> Any:
+        return _check_spec(value, "optimizer")
+
+    @field_validator("loss", mode="before")
+    @classmethod
+    def _check_loss(cls, value: Any) -> Any:
+        return _check_spec(value, "loss")
+
+    @field_validator("metrics", mode="before")
+    @classmethod
+    def _check_metrics(cls, value: Any) -> Any:
+        if not isinstance(value, list):
+            raise ValueError("expected a list of metric names, e.g. [accuracy]")
+        return [_check_spec(v, "metric") for v in value]
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "ModelConfig":
+        if self.layers is not None and self.builder is not None:
+            raise ValueError("both layers and builder are set; set one of them")
+        return self
+
+    @property
+    def defined(self) -> bool:
+        """True when the recipe says how to build a model."""
+        return self.layers is not None or self.builder is not None
+
+
+class TrainConfig(_Section):
+    """The training loop.
+
+    Attributes:
+        loop: ``fit`` (``keras.Model.fit``) or ``custom`` (a ``GradientTape``
+            step run with ``strategy.run``).
+        epochs: passes over the training set.
+        batch_size_per_replica: samples each replica takes per step; the
+            global batch is this x the number of replicas.
+        lr_scaling: scale the optimizer's learning rate with the number of
+            replicas: ``none``, ``linear`` (x replicas) or ``sqrt``.
+        progress: ``auto`` (a bar on a terminal, a line per epoch otherwise),
+            ``bar``, ``epoch`` or ``none``.
+        terminate_on_nan: stop when the loss becomes NaN
+            (``keras.callbacks.TerminateOnNaN`` for ``fit``).
+        steps_per_execution: training steps run in one ``tf.function``
+            call (``model.compile(steps_per_execution=...)`` for ``fit``; a
+            ``tf.range`` loop over the distributed iterator for ``custom``).
+            Rounded up to the smallest divisor of the epoch's step count, so
+            every call is full and an epoch is exactly one pass; ``auto``: at
+            least 32 (178 steps give 89, 6 give 6). Progress and batch-level
+            callbacks see one update per call.
+        profile_steps: ``[first, last]`` training steps (counted from 1 over
+            the whole run) to record with TensorFlow's profiler into the
+            TensorBoard logs (``keras.callbacks.TensorBoard(profile_batch=...)``);
+            needs ``output.tensorboard: true``. With several steps per call,
+            the whole calls holding those steps are profiled.
+    """
+
+    loop: Literal["fit", "custom"] = "fit"
+    epochs: int = Field(10, ge=1, le=100_000)
+    batch_size_per_replica: int = Field(32, ge=1, le=2**24)
+    lr_scaling: Literal["none", "linear", "sqrt"] = "none"
+    progress: Literal["auto", "bar", "epoch", "none"] = "auto"
+    terminate_on_nan: bool = True
+    steps_per_execution: Union[Literal["auto"], int] = "auto"
+    profile_steps: Optional[list[int]] = None
+
+    @field_validator("profile_steps", mode="before")
+    @classmethod
+    def _check_profile_steps(cls, value: Any) -> Any:
+        if value is None or (isinstance(value, list) and len(value) == 2 and all(
+                isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value) and value[0] <= value[1]):
+            return value
+        raise ValueError("expected [first, last] training steps, counted from 1, with first <= last, e.g. [10, 20]")
+
+    @field_validator("steps_per_execution", mode="before")
+    @classmethod
+    def _check_steps_per_execution(cls, value: Any) -> Any:
+        if value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 1_000_000):
+            return value
+        raise ValueError("expected auto or a whole number of steps from 1 to 1000000")
+
+
+class OutputConfig(_Section):
+    """Where runs are written.
+
+    Attributes:
+        dir: parent directory of run directories (relative to the current
+            directory).
+        name: run name prefix; ``null``: the recipe file's stem (or ``run``).
+        save_model: save the trained model as ``model.keras``.
+        tensorboard: write TensorBoard logs (loss and metrics per epoch,
+            training and validation) under ``<run>/tensorboard/``
+            (``keras.callbacks.TensorBoard``), with both loops.
+    """
+
+    dir: str = "runs"
+    name: Optional[str] = None
+    save_model: bool = True
+    tensorboard: bool = False
+
+    @field_validator("name")
+    @classmethod
+    def _check_name(cls, value: Optional[str]) -> Optional[str]:
+        if value is not None and not re.match(r"^[\w.-]+$", value):
+            raise ValueError(f"{value!r} may only hold letters, digits, '_', '-' and '.'")
+        return value
+
+
+class Config(_Section):
+    """A whole tfgpu configuration (the schema of a recipe)."""
+
+    devices: DevicesConfig = Field(default_factory=DevicesConfig)
+    tensorflow: TensorflowConfig = Field(default_factory=TensorflowConfig)
+    distribute: DistributeConfig = Field(default_factory=DistributeConfig)
+    data: DataConfig = Field(default_factory=DataConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    output: OutputConfig = Field(default_factory=OutputConfig)
+
+    @model_validator(mode="after")
+    def _check_across_sections(self) -> "Config":
+        if self.train.profile_steps is not None and not self.output.tensorboard:
+            raise PydanticCustomError(
+                "key_error", "profiling writes into the TensorBoard logs, which are off; set output.tensorboard: "
+                "true as well, or remove train.profile_steps", {"loc": ("train", "profile_steps")})
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        """The resolved configuration as plain data (what a run saves).
+
+        The data section holds the keys its kind reads (the others do nothing).
+        """
+        data = self.model_dump(mode="python")
+        data["data"] = {k: data["data"][k] for k in self.data.kind_keys()}
+        return data
+
+    def explicit_dict(self) -> dict[str, Any]:
+        """Only the keys that were given (file, dict, overrides), not the defaults.
+
+        Loading it again gives an equal config that also knows which keys were
+        set; planning depends on that (e.g. an explicit ``tensorflow.log_level``
+        replaces an existing ``TF_CPP_MIN_LOG_LEVEL``, a default one does not).
+        """
+        return self.model_dump(mode="python", exclude_unset=True)
+
+    def to_yaml(self) -> str:
+        """The resolved configuration as YAML."""
+        return yaml.safe_dump(self.to_dict(), sort_keys=False, default_flow_style=None)
+

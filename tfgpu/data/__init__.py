@@ -1,0 +1,74 @@
+"""Data sources (one module per ``data.kind``) behind one interface, and the shared ``tf.data`` fast path.
+
+Use::
+
+    source = source_for(cfg.data, cfg.model.loss, cfg.tensorflow.seed)
+    source.check()                 # local files, before TensorFlow starts: DataError (exit 5)
+    data = source.load(context)    # after tfgpu.setup(): Data (splits + DataSpec)
+    data, cache = pipeline.materialize(data, cfg.data)
+    pipes = pipeline.build_pipelines(data, cfg.data, global_batch)
+
+``docs/data.md`` documents every kind and key. Importing this package does not
+import TensorFlow.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from ..config import DataConfig
+from .arrays import ArraysSource
+from .base import DATA_DIR_ENV, Data, DataSpec, LoadContext, Source, Split, output_units
+from .builder import BuilderSource
+from .csv import CsvSource
+from .image_folder import ImageFolderSource
+from .keras_datasets import KerasSource
+from .tfrecord import TfrecordSource
+
+#: ``data.kind`` -> its source class.
+SOURCES: dict[str, type[Source]] = {
+    "mnist": KerasSource,
+    "keras": KerasSource,
+    "arrays": ArraysSource,
+    "image_folder": ImageFolderSource,
+    "csv": CsvSource,
+    "tfrecord": TfrecordSource,
+    "builder": BuilderSource,
+}
+
+__all__ = ["DATA_DIR_ENV", "Data", "DataSpec", "LoadContext", "SOURCES", "Source", "Split", "output_units",
+           "prepare", "source_for"]
+
+
+def source_for(cfg: DataConfig, loss: Any = "sparse_categorical_crossentropy",
+               tf_seed: Optional[int] = None) -> Source:
+    """The source of ``data.kind``, ready for :meth:`~tfgpu.data.base.Source.check`.
+
+    Args:
+        cfg: the ``data`` section.
+        loss: ``model.loss`` (with the labels, it decides classification or regression).
+        tf_seed: ``tensorflow.seed`` (the default seed of ``validation_split``).
+    """
+    return SOURCES[cfg.kind](cfg, loss, tf_seed)
+
+
+def prepare(source: Source, cfg: DataConfig, context: LoadContext) -> tuple[Data, Any]:
+    """Load a checked source, decode streamed splits into memory where ``cache`` says so, and build the pipelines.
+
+    Call after :func:`tfgpu.setup` (this imports TensorFlow).
+
+    Returns:
+        ``(data, pipelines)``: the :class:`Data` (in memory where decoded) and
+        :class:`~tfgpu.data.pipeline.Pipelines`, whose ``info`` records the
+        cache and sharding choices.
+
+    Raises:
+        DataError: the data cannot be read or does not fit the config.
+    """
+    from .pipeline import build_pipelines, materialize  # noqa: PLC0415
+
+    data = source.load(context)
+    data, cache = materialize(data, cfg, context.seed)
+    pipes = build_pipelines(data, cfg, context.global_batch_size, context.seed, context.num_workers)
+    pipes.info["cache"] = cache
+    return data, pipes

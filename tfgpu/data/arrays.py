@@ -1,0 +1,203 @@
+"""``kind: arrays``: NumPy arrays from a ``.npz`` file or a folder of ``.npy`` files.
+
+The arrays have roles: ``x_train``, ``y_train`` (required), ``x_val``,
+``y_val``, ``x_test``, ``y_test`` (optional, in pairs). In a ``.npz`` they are
+found by those names (the Keras layout), in a folder as ``<name>.npy``;
+``data.keys`` renames them (``{x_train: features, y_train: target}``). Any
+sample shape; labels are class numbers or float targets (with e.g. ``loss: mse``).
+
+Everything is read in :meth:`ArraysSource.check`, before TensorFlow starts.
+"""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from ..config import DataConfig
+from ..config.schema import ARRAY_ROLES
+from ..errors import DataError
+from .base import Data, DataSpec, LoadContext, Source, Split, check_finite, existing, holdout, in_memory_labels, \
+    label_task, rescale_for
+
+
+def read_npz(path: Path, names: dict[str, str], required: tuple[str, ...], fix: str) -> dict[str, np.ndarray]:
+    """The arrays ``names`` (role -> array name) of a ``.npz`` file; roles missing from the file are left out.
+
+    Read with ``allow_pickle=False``: an array of Python objects is refused.
+
+    Raises:
+        DataError: not a zip archive, unreadable, or a ``required`` role is missing.
+    """
+    try:
+        is_zip = zipfile.is_zipfile(path)
+    except OSError as exc:
+        raise DataError(f"cannot read {path}: {exc.strerror or exc}.", "check the path and its permissions.") from None
+    if not is_zip:
+        raise DataError(
+            f"cannot read {path} as a .npz file: it is not a zip archive (a .npz is a zip archive of NumPy arrays).",
+            fix,
+        )
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            missing = [names[r] for r in required if names[r] not in data.files]
+            if missing:
+                raise DataError(
+                    f"{path} lacks the array(s) {', '.join(missing)}; it holds {', '.join(data.files) or 'nothing'}.",
+                    fix,
+                )
+            return {role: data[name] for role, name in names.items() if name in data.files}
+    except DataError:
+        raise
+    except Exception as exc:  # zipfile/pickle/OS errors all mean an unreadable file
+        raise DataError(f"cannot read {path} as a .npz file: {str(exc).strip().rstrip('.')}.",
+                        "re-create the file with numpy.savez; it must hold plain numeric arrays "
+                        "(no Python objects).") from None
+
+
+def _read_npy_dir(directory: Path, names: dict[str, str]) -> dict[str, np.ndarray]:
+    found = {}
+    for role, name in names.items():
+        path = directory / f"{name}.npy"
+        if not path.is_file():
+            continue
+        try:
+            found[role] = np.load(path, allow_pickle=False)
+        except Exception as exc:  # a damaged file, or one of Python objects
+            raise DataError(f"cannot read {path} as a .npy array: {str(exc).strip().rstrip('.')}.",
+                            "re-create it with numpy.save; it must hold a plain numeric array.") from None
+    return found
+
+
+def check_pairs(arrays: dict[str, np.ndarray], where: str) -> None:
+    """Each ``x_<split>`` has a ``y_<split>`` of the same length, and no split is empty.
+
+    Raises:
+        DataError: a half pair, a length mismatch, an empty split or non-numeric inputs.
+    """
+    for split in ("train", "val", "test"):
+        x, y = arrays.get(f"x_{split}"), arrays.get(f"y_{split}")
+        if (x is None) != (y is None):
+            have, lack = (f"x_{split}", f"y_{split}") if y is None else (f"y_{split}", f"x_{split}")
+            raise DataError(f"{where}: holds {have} but not {lack}; inputs and labels come in pairs.",
+                            f"add {lack}, or remove {have}.")
+        if x is None:
+            continue
+        if x.ndim < 1 or y.ndim < 1 or len(x) != len(y):
+            raise DataError(
+                f"{where}: x_{split} has shape {x.shape} and y_{split} {y.shape}; the first axis counts samples "
+                "and must match.",
+                "save one label (row) per input sample.",
+            )
+        if len(x) == 0:
+            raise DataError(f"{where}: the {split} split is empty.", "use arrays with samples in them.")
+        if not (np.issubdtype(x.dtype, np.number) or x.dtype == np.bool_):
+            raise DataError(f"{where}: x_{split} holds {x.dtype} values; inputs must be numbers.",
+                            "convert the inputs to numbers (e.g. float32) before saving.")
+    shapes = {s: arrays[f"x_{s}"].shape[1:] for s in ("train", "val", "test") if f"x_{s}" in arrays}
+    if len(set(shapes.values())) > 1:
+        raise DataError(
+            f"{where}: the samples differ in shape between splits ({', '.join(f'{k} {v}' for k, v in shapes.items())}).",
+            "save every split with the same sample shape.",
+        )
+
+
+class ArraysSource(Source):
+    """``.npz`` / ``.npy`` arrays (see the module doc)."""
+
+    kind = "arrays"
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.arrays: dict[str, np.ndarray] = {}
+        self.where = ""
+
+    def check(self) -> None:
+        cfg: DataConfig = self.cfg
+        names = {role: cfg.keys.get(role, role) for role in ARRAY_ROLES}
+        fix = ("point data.path at a .npz holding x_train and y_train (rename them with data.keys), or at a "
+               "folder of .npy files")
+        path = existing(cfg.path, "path", "a .npz file or a folder of .npy files", fix + ".")
+        if path.is_file():
+            self.arrays = read_npz(path, names, ("x_train", "y_train"), fix + ".")
+        else:
+            self.arrays = _read_npy_dir(path, names)
+            if "x_train" not in self.arrays or "y_train" not in self.arrays:
+                raise DataError(
+                    f"data.path: '{cfg.path}' is a folder without {names['x_train']}.npy and {names['y_train']}.npy.",
+                    fix + f" ({', '.join(f'{n}.npy' for n in names.values())}).",
+                )
+        self.where = str(path)
+        check_pairs(self.arrays, self.where)
+        for role in ("x_train", "x_val", "x_test"):
+            if role in self.arrays:
+                check_finite(self.arrays[role], f"{self.where}: {names[role]}")
+        if cfg.validation_split is not None and "x_val" in self.arrays:
+            raise DataError(
+                f"{self.where} holds validation arrays ({names['x_val']}, {names['y_val']}) and "
+                f"data.validation_split is {cfg.validation_split}.",
+                "remove data.validation_split to use the file's validation arrays, or drop them from the file.",
+            )
+
+    def load(self, context: LoadContext) -> Data:
+        return arrange(self, self.arrays, f"arrays from {self.where}", self.where)
+
+
+def arrange(source: Source, arrays: dict[str, np.ndarray], description: str, where: str,
+            num_classes: Optional[int] = None, class_names: Optional[tuple[str, ...]] = None,
+            details: Optional[dict] = None, origins: Optional[dict[str, str]] = None) -> Data:
+    """In-memory arrays by role -> :class:`Data`: labels checked, validation chosen, inputs kept compact.
+
+    Validation is, in order: ``data.validation_split`` of the training arrays (a
+    seeded random choice), the ``x_val``/``y_val`` arrays, the test arrays
+    (then ``validation_is_test``), else none. Float64 inputs are kept as float32.
+
+    Args:
+        origins: where each split (``train``, ``val``, ``test``) came from, in words;
+            default: ``<where>: x_train, y_train`` and so on.
+
+    Raises:
+        DataError: labels outside ``[0, num_classes)`` or not numbers (see :func:`label_task`).
+    """
+    cfg: DataConfig = source.cfg
+    origins = {s: f"{where}: x_{s}, y_{s}" for s in ("train", "val", "test")} | (origins or {})
+    ys = [(f"{where}: y_{s}", arrays[f"y_{s}"]) for s in ("train", "val", "test") if f"y_{s}" in arrays]
+    labels = label_task(ys, source.loss, cfg.num_classes or num_classes)
+    x_train = arrays["x_train"]
+    x_dtype = "uint8" if x_train.dtype == np.uint8 else "float32"
+
+    def compact(x: np.ndarray) -> np.ndarray:
+        return x if x.dtype == np.dtype(x_dtype) else np.asarray(x, dtype=x_dtype)
+
+    def label(y: np.ndarray) -> np.ndarray:  # class numbers as one column, (N, 1), become (N,)
+        if labels.task == "classification" and y.ndim == 2 and y.shape[1] == 1:
+            y = y[:, 0]
+        return in_memory_labels(y, labels)
+
+    x_train, y_train = compact(x_train), label(arrays["y_train"])
+    validation = test = None
+    is_test = False
+    if cfg.validation_split is not None:
+        keep, held = holdout(len(x_train), cfg.validation_split, source.split_seed, where)
+        origin = f"validation_split {cfg.validation_split} of the training samples (seed {source.split_seed})"
+        validation = Split("validation", origin, x_train[held], y_train[held], size=len(held))
+        x_train, y_train = x_train[keep], y_train[keep]
+    elif "x_val" in arrays:
+        validation = Split("validation", origins["val"], compact(arrays["x_val"]),
+                           label(arrays["y_val"]), size=len(arrays["x_val"]))
+    if "x_test" in arrays:
+        test = Split("test", origins["test"], compact(arrays["x_test"]),
+                     label(arrays["y_test"]), size=len(arrays["x_test"]))
+        if validation is None:
+            validation, test, is_test = Split("validation", test.origin + " (the test split)", test.x, test.y,
+                                              size=test.size), None, True
+    train = Split("train", origins["train"], x_train, y_train, size=len(x_train))
+    grey = x_dtype == "uint8" and x_train.ndim == 3  # (N, H, W) images get a channel axis
+    spec = DataSpec(kind=cfg.kind, source=description, sample_shape=tuple(x_train.shape[1:]), x_dtype=x_dtype,
+                    add_channel=grey, rescale=rescale_for(cfg, x_dtype), task=labels.task,
+                    num_classes=labels.num_classes, class_names=class_names,
+                    target_shape=tuple(y_train.shape[1:]), label_dtype=labels.dtype, details=dict(details or {}))
+    return Data(train, validation, test, spec, validation_is_test=is_test)

@@ -1,0 +1,141 @@
+"""``kind: csv``: a CSV file with a header row; one column is the label, the others (or ``features``) the inputs.
+
+Read with Python's ``csv`` module in :meth:`CsvSource.check`, before TensorFlow
+starts, into float32 features ``(N, F)`` and labels ``(N,)``: whole-number
+labels are classes (unless ``model.loss`` is a regression loss such as
+``mse``), other numbers regression targets. Every feature cell must be a number
+(``1``, ``-2.5``, ``3e-4``); an empty or non-numeric cell is a data error that
+names the file, line and column. ``validation_path`` and ``test_path`` are CSV
+files with the same columns. Feature scales differ in most tables: set
+``data.normalize: true``.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from ..config import DataConfig
+from ..errors import DataError
+from .arrays import arrange
+from .base import Data, LoadContext, Source, existing
+
+
+def _number(text: str) -> Optional[float]:
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def read_csv(path: Path, key: str, label: str, features: Optional[list[str]], delimiter: str
+             ) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """One CSV file -> ``(x float32 (N, F), y float64 (N,), feature names)``.
+
+    Raises:
+        DataError: unreadable, empty, no ``label`` column, a missing feature
+            column, a ragged row, or a cell that is not a finite number.
+    """
+    fix_cells = "put a number in every feature and label cell (fill or drop the rows with missing values)"
+    try:
+        with path.open(newline="", encoding="utf-8-sig") as f:
+            rows = list(csv.reader(f, delimiter=delimiter))
+    except UnicodeDecodeError as exc:
+        raise DataError(f"data.{key}: {path} is not UTF-8 text ({exc.reason} at byte {exc.start}).",
+                        "save the CSV as UTF-8.") from None
+    except (OSError, csv.Error) as exc:
+        raise DataError(f"data.{key}: cannot read {path} as CSV: {exc}.", "check the file and data.delimiter.") from None
+    rows = [r for r in rows if any(cell.strip() for cell in r)]
+    if not rows:
+        raise DataError(f"data.{key}: {path} is empty; a CSV for tfgpu has a header row, then one row per sample.",
+                        "point data.path at the CSV that holds the data.")
+    header = [h.strip() for h in rows[0]]
+    if len(rows) == 1:
+        raise DataError(f"data.{key}: {path} has a header row ({', '.join(header[:8])}) but no data rows.",
+                        "add the samples, one row each.")
+    if label not in header:
+        guess = [h for h in header if h.lower() == label.lower()]
+        said = f" (did you mean '{guess[0]}'?)" if guess else ""
+        raise DataError(
+            f"data.{key}: {path} has no column '{label}'{said}; its columns are {', '.join(header)}.",
+            "set data.label to the name of the target column, as written in the header row.",
+        )
+    if len(set(header)) != len(header):
+        dupe = next(h for h in header if header.count(h) > 1)
+        raise DataError(f"data.{key}: {path} has the column '{dupe}' twice in its header row.",
+                        "give every column its own name.")
+    names = features if features is not None else [h for h in header if h != label]
+    missing = [n for n in names if n not in header]
+    if missing:
+        raise DataError(f"data.features: {path} has no column(s) {', '.join(missing)}; its columns are "
+                        f"{', '.join(header)}.", "list columns as written in the header row.")
+    if not names:
+        raise DataError(f"data.{key}: {path} has only the label column '{label}'; there are no features.",
+                        "add feature columns, or name them in data.features.")
+    cols = [header.index(n) for n in names]
+    target = header.index(label)
+    x = np.empty((len(rows) - 1, len(cols)), dtype=np.float32)
+    y = np.empty(len(rows) - 1, dtype=np.float64)
+    for i, row in enumerate(rows[1:]):
+        line = i + 2
+        if len(row) != len(header):
+            raise DataError(f"data.{key}: {path}, line {line} has {len(row)} fields; the header has {len(header)}.",
+                            f"give every row one field per column (separated by {delimiter!r}).")
+        for j, c in enumerate(cols):
+            value = _number(row[c])
+            if value is None:
+                cell = row[c].strip()
+                what = "is empty" if not cell else f"is {cell!r}, not a number"
+                raise DataError(
+                    f"data.{key}: {path}, line {line}, column '{names[j]}' {what}; every feature must be numeric "
+                    "(tfgpu does not encode categories).",
+                    f"{fix_cells}, encode categories as numbers (e.g. one 0/1 column per category), or leave the "
+                    "column out with data.features.",
+                )
+            x[i, j] = value
+        value = _number(row[target])
+        if value is None:
+            cell = row[target].strip()
+            raise DataError(
+                f"data.{key}: {path}, line {line}, label column '{label}' "
+                + ("is empty." if not cell else f"is {cell!r}, not a number (class labels are numbered 0, 1, ...)."),
+                f"{fix_cells}; number text classes 0, 1, ... in the file.",
+            )
+        y[i] = value
+    return x, y, names
+
+
+class CsvSource(Source):
+    """``kind: csv`` (see the module doc)."""
+
+    kind = "csv"
+
+    def check(self) -> None:
+        cfg: DataConfig = self.cfg
+        features = list(cfg.features) if cfg.features is not None else None
+        self.arrays: dict[str, np.ndarray] = {}
+        self.files: dict[str, str] = {}
+        for key, split in (("path", "train"), ("validation_path", "val"), ("test_path", "test")):
+            value = getattr(cfg, key)
+            if value is None:
+                continue
+            path = existing(value, key, "a CSV file", f"check data.{key}.")
+            if path.is_dir():
+                raise DataError(f"data.{key}: '{value}' is a folder; expected a CSV file.", "name the .csv file.")
+            x, y, names = read_csv(path, key, cfg.label, features, cfg.delimiter)
+            if features is None:
+                features = names  # the other files must have the training file's columns
+            self.arrays[f"x_{split}"], self.arrays[f"y_{split}"] = x, y
+            self.files[split] = str(path)
+        self.features = features
+
+    def load(self, context: LoadContext) -> Data:
+        details = {"features": list(self.features), "label": self.cfg.label, "files": self.files}
+        origins = {"train": self.files["train"], "val": self.files.get("val", ""), "test": self.files.get("test", "")}
+        return arrange(self, self.arrays, f"CSV {self.files['train']}", self.files["train"], details=details,
+                       origins=origins)
