@@ -28,6 +28,7 @@ import pytest
 import yaml
 
 from tfgpu.config import load_config
+from tfgpu.data import LoadContext, source_for
 from tfgpu.data.keras_datasets import IDX_FILES
 from tfgpu.errors import ConfigError, DataError, DeviceError, TfgpuError
 from tfgpu.model import require_model
@@ -174,6 +175,55 @@ FILE_CASES = [
                  ["'model'", "both layers and builder are set"], id="layers-and-builder"),
     pytest.param("distribute:\n  devices: [/gpu:0, GPU:0]\n", ["'distribute.devices'", "listed twice"],
                  id="same-device-twice"),
+    # the data section: keys per kind, the keys a kind needs, ranges
+    pytest.param("data:\n  kind: image_folder\n  path: photos\n  label: class\n",
+                 ["recipe.yaml:4", "'data.label' is not read by data.kind image_folder (it belongs to csv, tfrecord)",
+                  "the keys of image_folder are: kind, path, validation_path"], id="data-key-of-another-kind"),
+    pytest.param("data:\n  kind: csv\n  path: table.csv\n",
+                 ["recipe.yaml:1", "'data.label'", "data.kind csv needs data.label: the name of the target column"],
+                 id="data-csv-without-label"),
+    pytest.param("data:\n  kind: image_folder\n", ["data.kind image_folder needs data.path"],
+                 id="data-image-folder-without-path"),
+    pytest.param("data:\n  kind: imagefolder\n", ["'data.kind'", "'image_folder'", "Received: 'imagefolder'"],
+                 id="data-unknown-kind"),
+    pytest.param("data:\n  name: imagenet\n",
+                 ["'data.name'", "'imagenet' is not a dataset of kind mnist", "set data.kind to arrays, image_folder"],
+                 id="data-name-not-a-keras-dataset"),
+    pytest.param("data:\n  kind: arrays\n  path: a.npz\n  validation_split: 1.5\n",
+                 ["recipe.yaml:4", "'data.validation_split'", "less than 1", "Received: 1.5"],
+                 id="data-validation-split-above-1"),
+    pytest.param("data:\n  kind: arrays\n  path: a.npz\n  validation_split: 0\n",
+                 ["'data.validation_split'", "greater than 0", "Received: 0"], id="data-validation-split-zero"),
+    pytest.param("data:\n  kind: csv\n  path: t.csv\n  label: y\n  validation_path: v.csv\n  validation_split: 0.2\n",
+                 ["recipe.yaml:6", "validation_path and validation_split are both set"], id="data-two-validations"),
+    pytest.param("data:\n  kind: image_folder\n  path: p\n  image_size: [64]\n",
+                 ["'data.image_size'", "expected [height, width]", "Received: [64]"], id="data-image-size-one-number-list"),
+    pytest.param("data:\n  kind: image_folder\n  path: p\n  color_mode: colour\n",
+                 ["'data.color_mode'", "'grayscale', 'rgb' or 'rgba'"], id="data-unknown-color-mode"),
+    pytest.param("data:\n  rescale: 1/0\n", ["'data.rescale'", "a fraction such as '1/255'", "Received: '1/0'"],
+                 id="data-rescale-divides-by-zero"),
+    pytest.param("data:\n  cache: ''\n", ["'data.cache'", "true (memory), false, or a file path"], id="data-cache-empty"),
+    pytest.param("data:\n  kind: csv\n  path: t.csv\n  label: y\n  features: {a: 1}\n",
+                 ["'data.features'", "csv: expected a non-empty list of column names"], id="data-csv-features-mapping"),
+    pytest.param("data:\n  kind: csv\n  path: t.csv\n  label: y\n  features: [a, y]\n",
+                 ["the label column 'y' is also listed as a feature"], id="data-csv-label-as-feature"),
+    pytest.param("data:\n  kind: tfrecord\n  path: '*.tfrecord'\n  label: y\n  features: {x: {shape: [3]}}\n",
+                 ["'data.label'", "the label feature 'y' is not in data.features (x)"], id="data-tfrecord-label-without-spec"),
+    pytest.param("data:\n  kind: tfrecord\n  path: r\n  label: y\n  features:\n    y: {dtype: int64}\n"
+                 "    image: {encoding: gif}\n",
+                 ["recipe.yaml:7", "'data.features.image.encoding'", "'png', 'jpeg' or 'raw'"],
+                 id="data-tfrecord-unknown-encoding"),
+    pytest.param("data:\n  kind: tfrecord\n  path: r\n  label: y\n  features:\n    y: {dtype: int64}\n"
+                 "    pixels: {encoding: raw}\n", ["'data.features.pixels'", "encoding: raw needs the shape"],
+                 id="data-tfrecord-raw-without-shape"),
+    pytest.param("data:\n  kind: arrays\n  path: a.npz\n  keys: {x: images}\n",
+                 ["'data.keys'", "'x' is not an array role", "x_train, y_train, x_val"], id="data-unknown-array-role"),
+    pytest.param("data:\n  kind: builder\n  builder: my_data\n", ["'data.builder'", "is not 'package.module:function'"],
+                 id="data-builder-without-colon"),
+    pytest.param("train:\n  profile_steps: [5, 2]\n", ["'train.profile_steps'", "first <= last"],
+                 id="profile-steps-backwards"),
+    pytest.param("train:\n  profile_steps: [2, 5]\n",
+                 ["'train.profile_steps'", "set output.tensorboard: true as well"], id="profile-without-tensorboard"),
     # duplicate keys (YAML would keep the last one silently)
     pytest.param("devices:\n  memory_growth: true\ntrain:\n  epochs: 1\ndevices:\n  visible_gpus: none\n",
                  ["recipe.yaml:5", "key 'devices' appears twice (first at line 1)", "delete one"],
@@ -407,6 +457,313 @@ def test_bad_data_files(tmp_path, make, fragments):
     check(info.value, DataError, 5, fragments)
 
 
+# --------------------------------------------------------------------------- data sources (checked before TensorFlow)
+
+def _png(path: Path, array: np.ndarray) -> None:
+    from PIL import Image  # noqa: PLC0415
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(array).save(path)
+
+
+def _folder(d: Path, **extra) -> dict:
+    """A two-class image folder of 4x4 grey PNGs (``extra`` files added by the case)."""
+    _png(d / "imgs" / "cat" / "1.png", np.zeros((4, 4), np.uint8))
+    _png(d / "imgs" / "dog" / "1.png", np.full((4, 4), 200, np.uint8))
+    for name, content in extra.items():
+        target = d / "imgs" / name.replace("__", "/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, np.ndarray):
+            _png(target, content)
+        else:
+            target.write_bytes(content)
+    return {"kind": "image_folder", "path": str(d / "imgs")}
+
+
+def _truncated_png(d: Path) -> dict:
+    data = _folder(d)
+    noisy = d / "imgs" / "dog" / "2.png"
+    _png(noisy, np.random.default_rng(0).integers(0, 255, (32, 32), dtype=np.uint8))
+    noisy.write_bytes(noisy.read_bytes()[:200])
+    return data
+
+
+def _csv(d: Path, text: str, **data) -> dict:
+    (d / "t.csv").write_text(text)
+    return {"kind": "csv", "path": str(d / "t.csv"), "label": "y", **data}
+
+
+def _arrays(d: Path, **arrays) -> dict:
+    keys = {k: v for k, v in arrays.items() if isinstance(v, np.ndarray)}
+    np.savez(d / "a.npz", **keys)
+    return {"kind": "arrays", "path": str(d / "a.npz"), **{k: v for k, v in arrays.items() if k not in keys}}
+
+
+def _records(path: Path, content: bytes) -> dict:
+    """A file of ``content`` where TFRecords are expected."""
+    path.write_bytes(content)
+    return {"kind": "tfrecord", "path": str(path), "label": "y", "features": {"x": {"shape": [2]}, "y": {"dtype": "int64"}}}
+
+
+SOURCE_CASES = [
+    pytest.param(lambda d: {"kind": "image_folder", "path": str(d / "photos")},
+                 ["data.path: '", "photos' does not exist", "expected a folder of class folders"], id="folder-missing"),
+    pytest.param(lambda d: (d / "flat").mkdir() or _png(d / "flat" / "1.png", np.zeros((4, 4), np.uint8))
+                 or {"kind": "image_folder", "path": str(d / "flat")},
+                 ["has no class sub-folders (it holds images such as 1.png directly)", "one folder per class"],
+                 id="folder-without-class-folders"),
+    pytest.param(lambda d: _folder(d, **{"bird__.keep": b""}),
+                 ["the class folder(s) bird in", "hold no images", "add images to each class folder"],
+                 id="class-folder-without-images"),
+    pytest.param(lambda d: _png(d / "one" / "cat" / "1.png", np.zeros((4, 4), np.uint8))
+                 or {"kind": "image_folder", "path": str(d / "one")},
+                 ["has one class folder (cat); a classifier needs at least two classes"], id="one-class-only"),
+    pytest.param(lambda d: _folder(d, dog__notes_txt=b"a note"),
+                 ["are not images by their extension", "dog/notes_txt", "move the files that are not images out"],
+                 id="class-folder-holds-a-non-image"),
+    pytest.param(lambda d: _folder(d, **{"dog__3.png": b"GIF89a but not really"}),
+                 ["dog/3.png is not an image Pillow can read", "every file in a class folder must be an image"],
+                 id="corrupt-image-file"),
+    pytest.param(_truncated_png, ["dog/2.png is damaged", "Truncated"], id="truncated-png"),
+    pytest.param(lambda d: _folder(d, **{"dog__2.png": np.zeros((4, 4, 3), np.uint8)}),
+                 ["the images have mixed channels, e.g. 1 (", "and 3 (", "set data.color_mode"], id="mixed-channels"),
+    pytest.param(lambda d: _folder(d, **{"dog__2.png": np.zeros((6, 4), np.uint8)}),
+                 ["the images differ in size, e.g. 4x4", "and 6x4", "set data.image_size"], id="mixed-sizes"),
+    pytest.param(lambda d: {**_folder(d), "validation_path": str(d / "val")} if _png(
+        d / "val" / "bird" / "1.png", np.zeros((4, 4), np.uint8)) is None else None,
+                 ["data.validation_path", "class folder(s) bird that the training folder does not have"],
+                 id="validation-folder-with-an-unknown-class"),
+    pytest.param(lambda d: _csv(d, "a,b,target\n1,2,0\n"),
+                 ["t.csv has no column 'y'; its columns are a, b, target", "set data.label"], id="csv-without-the-label"),
+    pytest.param(lambda d: _csv(d, "a,b,y\n1,2,0\n3,red,1\n"),
+                 ["t.csv, line 3, column 'b' is 'red', not a number", "encode categories as numbers"],
+                 id="csv-non-numeric-feature"),
+    pytest.param(lambda d: _csv(d, "a,b,y\n1,,0\n"), ["t.csv, line 2, column 'b' is empty"], id="csv-empty-cell"),
+    pytest.param(lambda d: _csv(d, ""), ["t.csv is empty; a CSV for tfgpu has a header row"], id="csv-empty-file"),
+    pytest.param(lambda d: _csv(d, "a,b,y\n"), ["has a header row (a, b, y) but no data rows"], id="csv-header-only"),
+    pytest.param(lambda d: _csv(d, "a,b,y\n1,2,0\n1,2\n"), ["t.csv, line 3 has 2 fields; the header has 3"],
+                 id="csv-ragged-row"),
+    pytest.param(lambda d: _csv(d, "a,y\n1,0\n2,3\n", num_classes=3),
+                 ["t.csv, column 'y': a label is 3, outside [0, 3) (data.num_classes is 3)", "renumber the labels"],
+                 id="csv-label-outside-num-classes"),
+    pytest.param(lambda d: _csv(d, "a,y\n1,0\n2,-1\n"), ["a label is -1, outside [0, 2)"], id="csv-negative-label"),
+    pytest.param(lambda d: _csv(d, "a,y\n1,cat\n"), ["label column 'y' is 'cat', not a number", "number text classes"],
+                 id="csv-text-label"),
+    pytest.param(lambda d: _csv(d, "a,y\n1,0\n", features=["a", "b"]),
+                 ["data.features: ", "has no column(s) b"], id="csv-feature-not-in-the-header"),
+    pytest.param(lambda d: _arrays(d, x_train=np.zeros((4, 2)), y_train=np.array([0, 1, 2, 9]), num_classes=3),
+                 ["a.npz: y_train: a label is 9, outside [0, 3)"], id="arrays-label-outside-num-classes"),
+    pytest.param(lambda d: _arrays(d, x_train=np.zeros((4, 2)), y_train=np.array([0, 1, 0])),
+                 ["x_train has shape (4, 2) and y_train (3,)", "one label (row) per input sample"],
+                 id="arrays-lengths-differ"),
+    pytest.param(lambda d: _arrays(d, x_train=np.array([[np.nan, 1.0]] * 3), y_train=np.array([0, 1, 1])),
+                 ["x_train: sample 0 holds NaN or infinite values"], id="arrays-nan-input"),
+    pytest.param(lambda d: _arrays(d, features=np.zeros((3, 2))),
+                 ["a.npz lacks the array(s) x_train, y_train; it holds features", "rename them with data.keys"],
+                 id="arrays-without-the-keras-names"),
+    pytest.param(lambda d: _arrays(d, x_train=np.zeros((3, 2)), y_train=np.zeros(3), x_val=np.zeros((1, 2))),
+                 ["holds x_val but not y_val"], id="arrays-half-a-pair"),
+    pytest.param(lambda d: _arrays(d, x_train=np.zeros((3, 2)), y_train=np.array(["a", "b", "c"])),
+                 ["the labels are <U1 values"], id="arrays-text-labels"),
+    pytest.param(lambda d: {"kind": "tfrecord", "path": str(d / "*.tfrecord"), "label": "y",
+                            "features": {"x": {"shape": [2]}, "y": {"dtype": "int64"}}},
+                 ["data.path: no files match", "*.tfrecord"], id="tfrecord-no-files"),
+    pytest.param(lambda d: _records(d / "a.tfrecord", b"hello, this is text"),
+                 ["a.tfrecord does not start with a TFRecord record", "set data.compression"],
+                 id="tfrecord-not-a-tfrecord-file"),
+    pytest.param(lambda d: _records(d / "a.tfrecord", b""),
+                 ["a.tfrecord is empty (0 bytes)"], id="tfrecord-empty-file"),
+    pytest.param(lambda d: _records(d / "a.tfrecord.gz", b"not gzip at all, no"),
+                 ["cannot read", "as GZIP", "data.compression"], id="tfrecord-gz-that-is-not-gzip"),
+    pytest.param(lambda d: {"kind": "arrays", "path": "${TFGPU_NO_SUCH_VARIABLE}/a.npz"},
+                 ["uses $TFGPU_NO_SUCH_VARIABLE, which is not set", "export TFGPU_NO_SUCH_VARIABLE="],
+                 id="path-with-an-unset-variable"),
+]
+
+
+@pytest.mark.parametrize("make, fragments", SOURCE_CASES)
+def test_bad_data_sources_before_tensorflow(tmp_path, make, fragments):
+    cfg = load_config({"data": make(tmp_path)})
+    source = source_for(cfg.data, cfg.model.loss, cfg.tensorflow.seed)
+    with pytest.raises(DataError) as info:
+        source.check()
+        source.load(LoadContext(global_batch_size=32, num_replicas=1))
+    check(info.value, DataError, 5, fragments)
+
+
+# --------------------------------------------------------------------------- data read by TensorFlow (one process)
+
+DATA_FILES_SCRIPT = """
+import io, sys
+from pathlib import Path
+import numpy as np, tensorflow as tf
+from PIL import Image
+
+def png(a):
+    b = io.BytesIO(); Image.fromarray(a).save(b, format="PNG"); return b.getvalue()
+
+def write(path, records):
+    with tf.io.TFRecordWriter(str(path)) as w:
+        for feats in records:
+            f = {}
+            for k, v in feats.items():
+                if isinstance(v, bytes): f[k] = tf.train.Feature(bytes_list=tf.train.BytesList(value=[v]))
+                elif isinstance(v[0], float): f[k] = tf.train.Feature(float_list=tf.train.FloatList(value=v))
+                else: f[k] = tf.train.Feature(int64_list=tf.train.Int64List(value=v))
+            w.write(tf.train.Example(features=tf.train.Features(feature=f)).SerializeToString())
+
+d = Path(sys.argv[1])
+zero, one = png(np.zeros((4, 4), np.uint8)), png(np.ones((4, 4), np.uint8))
+write(d / "ok.tfrecord", [{"image": zero, "label": [1]}, {"image": one, "label": [0]}])
+write(d / "floats.tfrecord", [{"x": [1.0, 2.0, 3.0], "label": [1]}])
+write(d / "late.tfrecord", [{"image": zero, "label": [1]}, {"image": b"garbage", "label": [0]}])
+write(d / "sizes.tfrecord", [{"image": zero, "label": [1]}, {"image": png(np.zeros((5, 4), np.uint8)), "label": [0]}])
+write(d / "labels.tfrecord", [{"image": zero, "label": [1]}, {"image": one, "label": [7]}])
+"""
+
+BAD_DATA_BUILDERS = '''
+import sys
+import numpy as np, tensorflow as tf
+
+def boom():
+    raise RuntimeError("no data today")
+
+def text():
+    return "text"
+
+def one_dataset():
+    return tf.data.Dataset.range(3)
+
+def dict_elements():
+    return {"train": tf.data.Dataset.from_tensor_slices({"a": [1, 2]}), "validation": None}
+
+def infinite():
+    return tf.data.Dataset.from_tensor_slices((np.zeros((4, 2), "float32"), [0, 1, 0, 1])).repeat(), None
+
+def quits():
+    sys.exit(3)
+
+def mixed():
+    return tf.data.Dataset.from_tensor_slices((np.zeros((4, 2), "float32"), [0, 1, 0, 1])), (np.zeros((2, 2)), [0, 1])
+
+def labels():
+    return tf.data.Dataset.from_tensor_slices((np.zeros((4, 2), "float32"), [0, 1, 0, 7])), None
+
+def ragged():
+    return tf.data.Dataset.from_generator(lambda: iter([]), output_signature=(
+        tf.TensorSpec((None, 3), tf.float32), tf.TensorSpec((), tf.int64))), None
+'''
+
+SPEC = {"image": {"encoding": "png"}, "label": {"dtype": "int64"}}
+
+TF_DATA_CASES = [
+    pytest.param({"kind": "tfrecord", "path": "{d}/ok.tfrecord", "label": "label",
+                  "features": {"img": {"encoding": "png"}, "label": {"dtype": "int64"}}},
+                 ["data.features: the first record of", "ok.tfrecord does not match the spec",
+                  "Feature: img (data type: string) is required but could not be found",
+                  "the record holds image: 1 bytes value; label: 1 int64 value", "the spec says img: one png image"],
+                 id="tfrecord-feature-name-not-in-the-records"),
+    pytest.param({"kind": "tfrecord", "path": "{d}/ok.tfrecord", "label": "label",
+                  "features": {"image": {"encoding": "png"}, "label": {"dtype": "float32"}}},
+                 ["Data types don't match. Data type: int64 but expected type: float", "label: float32 of shape []"],
+                 id="tfrecord-wrong-dtype"),
+    pytest.param({"kind": "tfrecord", "path": "{d}/floats.tfrecord", "label": "label",
+                  "features": {"x": {"shape": [4]}, "label": {"dtype": "int64"}}},
+                 ["the record holds label: 1 int64 value; x: 3 float32 values", "x: float32 of shape [4] (4 values)"],
+                 id="tfrecord-wrong-shape"),
+    pytest.param({"kind": "tfrecord", "path": "{d}/floats.tfrecord", "label": "label",
+                  "features": {"x": {"encoding": "png"}, "label": {"dtype": "int64"}}},
+                 ["Data type: float but expected type: string", "x: one png image (bytes)"], id="tfrecord-not-an-image"),
+    pytest.param({"kind": "tfrecord", "path": "{d}/late.tfrecord", "label": "label", "features": SPEC},
+                 ["a sample cannot be read", "late.tfrecord, record 2: Unknown image file format"],
+                 id="tfrecord-damaged-image-in-a-later-record"),
+    pytest.param({"kind": "tfrecord", "path": "{d}/sizes.tfrecord", "label": "label", "features": SPEC},
+                 ["sizes.tfrecord, record 2", "[5,4,1] is not compatible with expected shape [4,4,1]",
+                  "images of different sizes need data.image_size"], id="tfrecord-images-of-different-sizes"),
+    pytest.param({"kind": "tfrecord", "path": "{d}/labels.tfrecord", "label": "label", "features": SPEC,
+                  "num_classes": 3}, ["labels.tfrecord: a label is 7, outside [0, 3)"], id="tfrecord-label-outside"),
+    pytest.param({"kind": "builder", "builder": "bad_data:boom"},
+                 ["data.builder: bad_data:boom() raised RuntimeError: no data today", "run with --debug"],
+                 id="builder-raises"),
+    pytest.param({"kind": "builder", "builder": "bad_data:text"},
+                 ["bad_data:text() returned str; expected (train, validation)"], id="builder-returns-text"),
+    pytest.param({"kind": "builder", "builder": "bad_data:one_dataset"},
+                 ["returned _RangeDataset; expected (train, validation), (train, validation, test) or a dict"],
+                 id="builder-returns-one-dataset"),
+    pytest.param({"kind": "builder", "builder": "bad_data:dict_elements"},
+                 ["a train dataset whose elements are {'a'", "(x, y) pairs"], id="builder-dict-elements"),
+    pytest.param({"kind": "builder", "builder": "bad_data:infinite"},
+                 ["the train dataset is infinite", "without .repeat()"], id="builder-infinite-dataset"),
+    pytest.param({"kind": "builder", "builder": "bad_data:quits"}, ["bad_data:quits() called sys.exit(3)"],
+                 id="builder-calls-sys-exit"),
+    pytest.param({"kind": "builder", "builder": "bad_data:mixed"}, ["a mix of datasets and NumPy arrays"],
+                 id="builder-mixes-datasets-and-arrays"),
+    pytest.param({"kind": "builder", "builder": "bad_data:labels", "num_classes": 3},
+                 ["a label is 7, outside [0, 3)"], id="builder-label-outside-num-classes"),
+    pytest.param({"kind": "builder", "builder": "bad_data:labels", "cache": False},
+                 ["data.num_classes: the builder's datasets have class labels and are streamed", "set data.num_classes"],
+                 id="builder-streamed-without-num-classes"),
+    pytest.param({"kind": "builder", "builder": "bad_data:ragged"},
+                 ["inputs have shape (None, 3) with an unknown size"], id="builder-inputs-of-unknown-shape"),
+    pytest.param({"kind": "builder", "builder": "bad_data:nothing"}, ["module 'bad_data' has no function 'nothing'"],
+                 id="builder-function-missing"),
+    pytest.param({"kind": "builder", "builder": "no_such_module_tfgpu:f"},
+                 ["cannot import module 'no_such_module_tfgpu'"], id="builder-module-missing"),
+]
+
+DATA_SCRIPT = """
+import json, sys
+from tfgpu.config import load_config
+from tfgpu.data import LoadContext, prepare, source_for
+from tfgpu.errors import TfgpuError
+
+for case_id, data in json.loads(sys.argv[1]).items():
+    try:
+        cfg = load_config({"data": data})
+        source = source_for(cfg.data, cfg.model.loss)
+        source.check()
+        prepare(source, cfg.data, LoadContext(global_batch_size=32, num_replicas=1))
+        out = {"cls": None}
+    except TfgpuError as exc:
+        out = {"cls": type(exc).__name__, "code": exc.exit_code, "message": exc.message, "hint": exc.hint}
+    except BaseException as exc:
+        import traceback
+        out = {"cls": "raw " + type(exc).__name__, "message": traceback.format_exc()}
+    print("CASE", json.dumps({case_id: out}), flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def data_results(tmp_path_factory):
+    """Every TensorFlow-stage data case, in one subprocess that imports TensorFlow once."""
+    d = tmp_path_factory.mktemp("tfdata")
+    (d / "bad_data.py").write_text(BAD_DATA_BUILDERS)
+    env = child_env(PYTHONPATH=f"{d}{os.pathsep}{ROOT}", TF_CPP_MIN_LOG_LEVEL="3")
+    made = subprocess.run([sys.executable, "-c", DATA_FILES_SCRIPT, str(d)], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT, env=env)
+    assert made.returncode == 0, made.stderr[-3000:]
+    cases = {p.id: json.loads(json.dumps(p.values[0]).replace("{d}", str(d))) for p in TF_DATA_CASES}
+    result = subprocess.run([sys.executable, "-c", DATA_SCRIPT, json.dumps(cases)], capture_output=True, text=True,
+                            timeout=300, cwd=ROOT, env=env)
+    found = {}
+    for line in result.stdout.splitlines():
+        if line.startswith("CASE "):
+            found.update(json.loads(line[5:]))
+    assert len(found) == len(cases), f"exit {result.returncode}\n{result.stderr[-4000:]}"
+    return found
+
+
+@pytest.mark.parametrize("data, fragments", TF_DATA_CASES)
+def test_bad_data_read_by_tensorflow(data_results, request, data, fragments):
+    got = data_results[request.node.callspec.id]
+    assert got["cls"] == "DataError", got.get("message")
+    assert got["code"] == 5 and got["hint"]
+    one_paragraph(got["message"])
+    text = f"{got['message']}\nFix: {got['hint']}"
+    for part in fragments:
+        assert part in text, f"{part!r} not in:\n{text}"
+
+
 # --------------------------------------------------------------------------- models (one TensorFlow process)
 
 MODEL_CASES = [
@@ -567,6 +924,50 @@ def test_cli_bad_data_exits_5_before_tensorflow_and_writes_nothing(tmp_path):
     cli_error(result, 5, ["tfgpu: data error:", "magic number 1234"])
     assert time.perf_counter() - started < 30
     assert not (tmp_path / "runs").exists()
+
+
+def test_cli_corrupt_image_exits_5_before_tensorflow_starts_and_writes_nothing(tmp_path):
+    data = _folder(tmp_path, **{"dog__3.png": b"not a png"})
+    result = run_cli("run", RECIPE, "--set", f"data={{kind: image_folder, path: '{data['path']}'}}",
+                     "--output-dir", str(tmp_path / "runs"))
+    cli_error(result, 5, ["tfgpu: data error:", "dog/3.png is not an image Pillow can read"])
+    assert "oneDNN" not in result.stderr and "cuda" not in result.stderr.lower()  # TensorFlow never started
+    assert not (tmp_path / "runs").exists()
+
+
+def test_cli_builder_error_exits_5_and_writes_nothing(tmp_path):
+    (tmp_path / "bad_data.py").write_text(BAD_DATA_BUILDERS)
+    result = run_cli("run", RECIPE, "--set", "data={kind: builder, builder: 'bad_data:boom'}",
+                     "--output-dir", str(tmp_path / "runs"),
+                     PYTHONPATH=f"{tmp_path}{os.pathsep}{ROOT}")
+    cli_error(result, 5, ["tfgpu: data error:", "bad_data:boom() raised RuntimeError: no data today"])
+    assert not (tmp_path / "runs").exists()
+
+
+def test_cli_builder_module_in_the_current_directory_is_found(tmp_path):
+    # tfgpu's console script does not put the current directory on sys.path; tfgpu does, for builders.
+    (tmp_path / "my_data.py").write_text(BAD_DATA_BUILDERS)
+    exe = Path(sys.executable).with_name("tfgpu")
+    result = subprocess.run([str(exe), "run", str(ROOT / RECIPE), "--set", "data={kind: builder, builder: 'my_data:text'}",
+                             "--output-dir", str(tmp_path / "runs")],
+                            capture_output=True, text=True, cwd=tmp_path, env=child_env(), timeout=300)
+    cli_error(result, 5, ["my_data:text() returned str"])  # imported, called, its result refused
+
+
+def test_cli_profile_steps_beyond_the_run_exits_3_and_writes_nothing(tmp_path):
+    result = run_cli("run", RECIPE, "--set", "output.tensorboard=true", "--set", "train.profile_steps=[100, 120]",
+                     "--set", "train.epochs=1", "--output-dir", str(tmp_path / "runs"))
+    cli_error(result, 3, ["train.profile_steps: [100, 120] starts after the run's last step (1 epochs x 6 steps = 6)"])
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("make, fragments", [
+    pytest.param(lambda d: d / "nowhere", ["is not a run directory"], id="no-such-run"),
+    pytest.param(lambda d: (d / "config.yaml").write_text("train: {epochs: 1}\n") and d,
+                 ["has no model.keras", "output.save_model was false"], id="run-without-a-model"),
+])
+def test_cli_evaluate_what_is_not_a_finished_run_exits_5(tmp_path, make, fragments):
+    cli_error(run_cli("evaluate", str(make(tmp_path))), 5, ["tfgpu: data error:", *fragments])
 
 
 def test_cli_output_dir_that_is_a_file_exits_8_and_writes_nothing(tmp_path):

@@ -5,21 +5,31 @@ random ones, values of every YAML type), arbitrary values for real keys (as a di
 ``--set`` overrides and as ``setup()`` keyword arguments): the only outcomes allowed are a
 valid :class:`tfgpu.config.Config` or a :class:`tfgpu.errors.ConfigError` whose message is
 one non-empty paragraph without a traceback. Never another exception.
+
+The data sources get the same treatment: any data section for any kind, any CSV, any bytes
+in an image folder or where TFRecords are expected end in data (or a valid config), or in a
+ConfigError/DataError of one paragraph, checked before TensorFlow starts.
 """
 
 from __future__ import annotations
 
 import datetime
 import itertools
+import shutil
 from pathlib import Path
+
+import numpy as np
+from PIL import Image
 
 import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tfgpu.config import Config, load_config
-from tfgpu.errors import ConfigError, TfgpuError
+from tfgpu.config import Config, DataConfig, load_config
+from tfgpu.config.schema import DATA_KIND_KEYS
+from tfgpu.data import LoadContext, source_for
+from tfgpu.errors import ConfigError, DataError, TfgpuError
 
 from .conftest import one_paragraph
 
@@ -38,7 +48,10 @@ PLAUSIBLE = [1, 2, 3, 32, 0, 0.5, 1.0, 4096, True, False, None, "auto", "all", "
              "default", "nccl", "hierarchical_copy", "fit", "custom", "linear", "sqrt", "bar", "epoch", "float32",
              "mixed_float16", "cuda_malloc_async", "mnist", "runs", "exp1", ["/cpu:0"], ["/gpu:0", "/gpu:1"], [0],
              [0, 1], ["accuracy"], "adam", {"name": "adam", "learning_rate": 0.01}, [{"Dense": {"units": 10}}],
-             ["Flatten"], "tests.builders:small_cnn", {"filters": 4}, {}]
+             ["Flatten"], "tests.builders:small_cnn", {"filters": 4}, {},
+             "keras", "arrays", "image_folder", "csv", "tfrecord", "builder", "cifar10", "fashion_mnist", [64, 64],
+             "rgb", "grayscale", "1/255", 0.2, ["a", "b"], {"image": {"encoding": "png"}, "label": {"dtype": "int64"}},
+             {"x_train": "features"}, "label", "photos/*.tfrecord", "GZIP", "coarse", [2, 5]]
 
 _counter = itertools.count()
 
@@ -204,3 +217,84 @@ def test_python_tags_are_refused_and_run_nothing(workdir, tag, path, nested):
     with pytest.raises(ConfigError, match="tag|not valid YAML"):
         load_config({}, overrides=[f"{path[0]}.{path[1]}={value}"])
     assert not marker.exists()
+
+
+# --------------------------------------------------------------------------- data sections and data files
+
+DATA_KEYS = list(DataConfig.model_fields)
+
+
+@SETTINGS
+@given(kind=st.sampled_from(list(DATA_KIND_KEYS) + ["mnist"]),
+       extra=st.dictionaries(st.sampled_from(DATA_KEYS), st.one_of(st.sampled_from(PLAUSIBLE), values), max_size=4))
+def test_any_data_section(kind, extra):
+    """Any mix of data keys, for any kind: a Config whose kind reads every non-default key set, or one ConfigError."""
+    result = outcome({"data": {"kind": kind, **extra}})
+    if isinstance(result, Config):
+        fields = DataConfig.model_fields
+        stray = {k for k in extra if k not in result.data.kind_keys()
+                 and getattr(result.data, k) != fields[k].get_default(call_default_factory=True)}
+        assert not stray, (result.data.kind, stray)
+
+
+def data_outcome(data: dict):
+    """Check and load a data source (in-memory kinds need no TensorFlow); the only outcomes: Data or a DataError."""
+    try:
+        cfg = load_config({"data": data})
+        source = source_for(cfg.data, cfg.model.loss)
+        source.check()
+        if cfg.data.kind in ("csv", "arrays"):
+            return source.load(LoadContext(global_batch_size=8, num_replicas=1))
+        return source
+    except DataError as exc:
+        assert exc.exit_code == 5 and exc.hint.strip()
+        one_paragraph(exc.message)
+        return exc
+
+
+csv_text = st.lists(st.lists(st.one_of(st.sampled_from(["1", "0", "-2.5", "3e-4", "", " ", "nan", "inf", "y", "a",
+                                                        "\"q,\"", "1,2", "x\ny"]), st.text(max_size=5)),
+                             max_size=5), max_size=6)
+
+
+@SETTINGS
+@given(rows=csv_text, header=st.booleans())
+def test_any_csv_is_read_or_refused_with_one_paragraph(workdir, rows, header):
+    lines = ([["a", "b", "y"]] if header else []) + rows
+    path = workdir / f"table-{next(_counter)}.csv"
+    path.write_text("\n".join(",".join(r) for r in lines), encoding="utf-8")
+    try:
+        result = data_outcome({"kind": "csv", "path": str(path), "label": "y"})
+    finally:
+        path.unlink()
+    if not isinstance(result, DataError):
+        assert result.train.x.dtype == np.float32 and np.isfinite(result.train.x).all()
+        assert len(result.train.x) == len(result.train.y) > 0
+
+
+@SETTINGS
+@given(content=st.one_of(st.binary(max_size=200), st.sampled_from([b"\x89PNG\r\n\x1a\n", b"GIF89a", b"BM", b"\xff\xd8\xff"]).flatmap(
+    lambda head: st.binary(max_size=100).map(lambda tail: head + tail))))
+def test_any_bytes_in_an_image_folder_are_read_or_refused(workdir, content):
+    root = workdir / f"images-{next(_counter)}"
+    for cls in ("a", "b"):
+        (root / cls).mkdir(parents=True)
+        Image.fromarray(np.zeros((3, 3), np.uint8)).save(root / cls / "ok.png")
+    (root / "b" / "odd.png").write_bytes(content)
+    try:
+        data_outcome({"kind": "image_folder", "path": str(root)})
+    finally:
+        shutil.rmtree(root)
+
+
+@SETTINGS
+@given(content=st.binary(max_size=64), name=st.sampled_from(["r.tfrecord", "r.tfrecord.gz", "r.zz"]))
+def test_any_bytes_as_tfrecord_files_pass_or_fail_the_framing_check(workdir, content, name):
+    folder = workdir / f"records-{next(_counter)}"
+    folder.mkdir()
+    (folder / name).write_bytes(content)
+    try:
+        data_outcome({"kind": "tfrecord", "path": str(folder / name), "label": "y",
+                      "features": {"x": {"shape": [2]}, "y": {"dtype": "int64"}}})
+    finally:
+        shutil.rmtree(folder)

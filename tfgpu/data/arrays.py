@@ -148,7 +148,8 @@ class ArraysSource(Source):
 
 def arrange(source: Source, arrays: dict[str, np.ndarray], description: str, where: str,
             num_classes: Optional[int] = None, class_names: Optional[tuple[str, ...]] = None,
-            details: Optional[dict] = None, origins: Optional[dict[str, str]] = None) -> Data:
+            details: Optional[dict] = None, origins: Optional[dict[str, str]] = None,
+            label_where: Optional[dict[str, str]] = None) -> Data:
     """In-memory arrays by role -> :class:`Data`: labels checked, validation chosen, inputs kept compact.
 
     Validation is, in order: ``data.validation_split`` of the training arrays (a
@@ -158,13 +159,15 @@ def arrange(source: Source, arrays: dict[str, np.ndarray], description: str, whe
     Args:
         origins: where each split (``train``, ``val``, ``test``) came from, in words;
             default: ``<where>: x_train, y_train`` and so on.
+        label_where: where each split's labels are, for messages; default ``<where>: y_train`` ...
 
     Raises:
         DataError: labels outside ``[0, num_classes)`` or not numbers (see :func:`label_task`).
     """
     cfg: DataConfig = source.cfg
     origins = {s: f"{where}: x_{s}, y_{s}" for s in ("train", "val", "test")} | (origins or {})
-    ys = [(f"{where}: y_{s}", arrays[f"y_{s}"]) for s in ("train", "val", "test") if f"y_{s}" in arrays]
+    label_where = {s: f"{where}: y_{s}" for s in ("train", "val", "test")} | (label_where or {})
+    ys = [(label_where[s], arrays[f"y_{s}"]) for s in ("train", "val", "test") if f"y_{s}" in arrays]
     labels = label_task(ys, source.loss, cfg.num_classes or num_classes)
     x_train = arrays["x_train"]
     x_dtype = "uint8" if x_train.dtype == np.uint8 else "float32"

@@ -394,5 +394,14 @@ def in_memory_labels(y: np.ndarray, labels: Labels) -> np.ndarray:
     return np.asarray(y, dtype=labels.dtype) if y.dtype != np.dtype(labels.dtype) else y
 
 
+def tf_error_text(exc: BaseException) -> str:
+    """A TensorFlow error's own words: its first line without ``{{function_node ...}}`` and ``[Op:...]``."""
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else type(exc).__name__
+    first = re.sub(r"\{\{function_node [^}]*\}\}\s*", "", first)
+    first = re.sub(r"\s*\[Op:\w+\].*$", "", first)
+    return " ".join(first.split()).rstrip(".") or type(exc).__name__
+
+
 def describe_counts(splits: Sequence[Optional[Split]]) -> str:
     return ", ".join(f"{s.name} {s.size:,}" for s in splits if s is not None and s.size is not None)

@@ -137,5 +137,6 @@ class CsvSource(Source):
     def load(self, context: LoadContext) -> Data:
         details = {"features": list(self.features), "label": self.cfg.label, "files": self.files}
         origins = {"train": self.files["train"], "val": self.files.get("val", ""), "test": self.files.get("test", "")}
+        labels = {s: f"{f}, column '{self.cfg.label}'" for s, f in self.files.items()}
         return arrange(self, self.arrays, f"CSV {self.files['train']}", self.files["train"], details=details,
-                       origins=origins)
+                       origins=origins, label_where=labels)

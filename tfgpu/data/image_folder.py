@@ -28,7 +28,7 @@ import numpy as np
 
 from ..config import DataConfig
 from ..errors import DataError
-from .base import Data, DataSpec, LoadContext, Reader, Source, Split, existing, holdout, rescale_for
+from .base import Data, DataSpec, LoadContext, Reader, Source, Split, existing, holdout, rescale_for, tf_error_text
 
 EXTENSIONS = (".bmp", ".gif", ".jpeg", ".jpg", ".png")
 CHANNELS = {"grayscale": 1, "rgb": 3, "rgba": 4}
@@ -254,7 +254,7 @@ class ImageReader(Reader):
             try:
                 self.decode(tf.constant(path))
             except Exception as exc:  # the first file TensorFlow cannot decode
-                return f"{path}: {str(exc).strip().splitlines()[0]}"
+                return f"{path}: {tf_error_text(exc)}"
         return None
 
 

@@ -44,7 +44,7 @@ import numpy as np
 
 from ..config import DataConfig
 from ..errors import DataError
-from .base import Data, DataSpec, Reader, Split
+from .base import Data, DataSpec, Reader, Split, tf_error_text
 
 #: A streamed split is decoded into memory (``cache: true``) only if it takes at most
 #: this fraction of the memory available when the run starts.
@@ -173,9 +173,8 @@ def to_memory(dataset: Any, what: str, spec: Optional[DataSpec] = None,
             ys.append(y)
     except (tf.errors.OpError, ValueError) as exc:
         where = reader.locate_error(exc) if reader is not None else None
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise DataError(
-            f"{what}: a sample cannot be read: {where or first}.",
+            f"{what}: a sample cannot be read: {where or tf_error_text(exc)}.",
             "replace or remove that file (or record); images of different sizes need data.image_size.",
         ) from None
     if not xs:

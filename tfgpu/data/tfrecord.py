@@ -32,7 +32,8 @@ import numpy as np
 
 from ..config import DataConfig, FeatureSpec
 from ..errors import DataError
-from .base import Data, DataSpec, LoadContext, Reader, Source, Split, label_task, resolve_path, rescale_for
+from .base import Data, DataSpec, LoadContext, Reader, Source, Split, label_task, resolve_path, rescale_for, \
+    tf_error_text
 from .image_folder import CHANNELS
 
 _HASH_BUCKETS = 1_000_000
@@ -222,8 +223,7 @@ class RecordReader(Reader):
                 try:
                     self.decode(raw)
                 except Exception as exc:  # the first record that does not decode
-                    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-                    return (f"{path}, record {number + 1}: {first} (the record holds "
+                    return (f"{path}, record {number + 1}: {tf_error_text(exc)} (the record holds "
                             f"{describe_record(raw.numpy())})")
         return None
 
@@ -275,7 +275,7 @@ class TfrecordSource(Source):
             try:
                 x, _ = reader.decode(raw)
             except Exception as exc:  # the spec does not match what is stored
-                detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                detail = tf_error_text(exc)
                 expected = "; ".join(_spec_text(n, s) for n, s in self.cfg.features.items())
                 raise DataError(
                     f"data.features: the first record of {path} does not match the spec ({detail}): the record holds "
@@ -296,7 +296,7 @@ class TfrecordSource(Source):
         try:
             parts = [b for b in ds.as_numpy_iterator()]
         except Exception as exc:  # a record whose label does not parse
-            where = reader.locate_error(exc) or str(exc).strip().splitlines()[0]
+            where = reader.locate_error(exc) or tf_error_text(exc)
             raise DataError(f"data.label: a record's label does not match the spec: {where}.",
                             "make data.features match what the files hold.") from None
         return np.concatenate(parts) if parts else np.zeros((0,), np.float32)
