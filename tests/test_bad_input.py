@@ -67,6 +67,28 @@ def cli_error(result: subprocess.CompletedProcess, code: int, fragments: list[st
     return paragraph
 
 
+def run_cases(script: str, cases: dict, env: dict) -> dict:
+    """Run every case in one subprocess (TensorFlow imported once); each prints ``CASE {id: outcome}``."""
+    result = subprocess.run([sys.executable, "-c", script, json.dumps(cases)], capture_output=True, text=True,
+                            timeout=300, cwd=ROOT, env=env)
+    found = {}
+    for line in result.stdout.splitlines():
+        if line.startswith("CASE "):
+            found.update(json.loads(line[5:]))
+    assert len(found) == len(cases), f"exit {result.returncode}\n{result.stderr[-4000:]}"
+    return found
+
+
+def check_case(got: dict, cls: str, code: int, fragments: list[str]) -> None:
+    """A subprocess case's outcome: the error class and code, one paragraph with a fix, and the fragments."""
+    assert got["cls"] == cls, got.get("message")
+    assert got["code"] == code and got["hint"]
+    one_paragraph(got["message"])
+    text = f"{got['message']}\nFix: {got['hint']}"
+    for part in fragments:
+        assert part in text, f"{part!r} not in:\n{text}"
+
+
 def write(tmp_path: Path, text: str | bytes, name: str = "recipe.yaml") -> Path:
     path = tmp_path / name
     path.write_bytes(text if isinstance(text, bytes) else text.encode("utf-8"))
@@ -743,25 +765,12 @@ def data_results(tmp_path_factory):
                           timeout=300, cwd=ROOT, env=env)
     assert made.returncode == 0, made.stderr[-3000:]
     cases = {p.id: json.loads(json.dumps(p.values[0]).replace("{d}", str(d))) for p in TF_DATA_CASES}
-    result = subprocess.run([sys.executable, "-c", DATA_SCRIPT, json.dumps(cases)], capture_output=True, text=True,
-                            timeout=300, cwd=ROOT, env=env)
-    found = {}
-    for line in result.stdout.splitlines():
-        if line.startswith("CASE "):
-            found.update(json.loads(line[5:]))
-    assert len(found) == len(cases), f"exit {result.returncode}\n{result.stderr[-4000:]}"
-    return found
+    return run_cases(DATA_SCRIPT, cases, env)
 
 
 @pytest.mark.parametrize("data, fragments", TF_DATA_CASES)
 def test_bad_data_read_by_tensorflow(data_results, request, data, fragments):
-    got = data_results[request.node.callspec.id]
-    assert got["cls"] == "DataError", got.get("message")
-    assert got["code"] == 5 and got["hint"]
-    one_paragraph(got["message"])
-    text = f"{got['message']}\nFix: {got['hint']}"
-    for part in fragments:
-        assert part in text, f"{part!r} not in:\n{text}"
+    check_case(data_results[request.node.callspec.id], "DataError", 5, fragments)
 
 
 # --------------------------------------------------------------------------- models (one TensorFlow process)
@@ -872,26 +881,13 @@ def model_results(tmp_path_factory):
     (modules / "bad_builders.py").write_text(BAD_BUILDERS)
     (modules / "broken_builders.py").write_text("RATIO = 1 / 0\n\ndef build(**kwargs):\n    pass\n")
     cases = {p.id: p.values[0] for p in MODEL_CASES}
-    result = subprocess.run([sys.executable, "-c", MODEL_SCRIPT, json.dumps(cases)], capture_output=True, text=True,
-                            timeout=300, cwd=ROOT,
-                            env=child_env(PYTHONPATH=f"{modules}{os.pathsep}{ROOT}", TF_CPP_MIN_LOG_LEVEL="3"))
-    found = {}
-    for line in result.stdout.splitlines():
-        if line.startswith("CASE "):
-            found.update(json.loads(line[5:]))
-    assert len(found) == len(cases), f"exit {result.returncode}\n{result.stderr[-4000:]}"
-    return found
+    return run_cases(MODEL_SCRIPT, cases,
+                     child_env(PYTHONPATH=f"{modules}{os.pathsep}{ROOT}", TF_CPP_MIN_LOG_LEVEL="3"))
 
 
 @pytest.mark.parametrize("text, fragments", MODEL_CASES)
 def test_bad_models(model_results, request, text, fragments):
-    got = model_results[request.node.callspec.id]
-    assert got["cls"] == "ConfigError", got.get("message")
-    assert got["code"] == 3 and got["hint"]
-    one_paragraph(got["message"])
-    text = f"{got['message']}\nFix: {got['hint']}"
-    for part in fragments:
-        assert part in text, f"{part!r} not in:\n{text}"
+    check_case(model_results[request.node.callspec.id], "ConfigError", 3, fragments)
 
 
 # --------------------------------------------------------------------------- the command line
