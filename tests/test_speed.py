@@ -100,3 +100,25 @@ def test_benchmark_harness_writes_the_table_json_and_ratios(tmp_path):
     text = (out / "results.md").read_text()
     assert "| tfgpu_fit |" in text and "| target | measured | met |" in text and report["machine"]["cores"]
     assert "### Start-up" in text
+
+
+@pytest.mark.slow
+def test_sources_benchmark_writes_its_table_with_every_variant(tmp_path):
+    out = tmp_path / "bench"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "sources.py"), "--repeats", "1", "--epochs", "2",
+                           "--replicas", "1", "--batch", "512", "--work", str(tmp_path / "work"), "--out", str(out)],
+                          cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads((out / "sources.json").read_text())
+    group = report["groups"]["512x1"]
+    assert set(group["variants"]) == {"tfgpu_npz", "tfgpu_png", "tfgpu_tfrecord", "keras_png"}
+    for stats in group["variants"].values():
+        assert stats["failed"] == 0 and stats["samples_per_second"]["median"] > 0
+        assert stats["val_accuracy"]["median"] > 0.5
+    assert len(group["parameters"]) == 1  # the same model everywhere
+    tfgpu_rows = [r for r in report["runs"] if r["variant"].startswith("tfgpu")]
+    assert all(r["cache"].startswith("memory") and r["train_samples"] == 22699 for r in tfgpu_rows)
+    assert [t["target"] for t in group["targets"]] == ["tfgpu_png samples/s >= 0.85 x tfgpu_npz",
+                                                       "tfgpu_tfrecord samples/s >= 0.85 x tfgpu_npz",
+                                                       "tfgpu_png wall < keras_png wall"]
+    assert "| keras_png |" in (out / "sources.md").read_text()

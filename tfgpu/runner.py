@@ -101,13 +101,17 @@ def run(recipe: Optional[str], overrides: Sequence[str] = (), output_dir: Option
     check_parent(cfg.output.dir)
     check_tensorboard(cfg.output.tensorboard)
     source = source_for(cfg.data, cfg.model.loss, cfg.tensorflow.seed)
+    checked = time.perf_counter()
     source.check()  # local files, NumPy only: a data error comes before TensorFlow starts
+    check_seconds = time.perf_counter() - checked
     info = setup(cfg)
     plan = info.plan
     for warning in plan.warnings:
         _say(f"warning: {warning}")
 
+    loading = time.perf_counter()
     data, pipes = load_data(cfg, info, source)
+    pipes.info["seconds"] = {"check": check_seconds, "load": time.perf_counter() - loading}
     built = _build(cfg, info, data, pipes.steps_per_epoch)
     profile = _profile_calls(cfg, pipes.steps_per_epoch, built.per_call)
 
