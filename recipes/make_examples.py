@@ -10,9 +10,12 @@ digits) and ``$TFGPU_DATA_DIR/breast_cancer/breast_cancer.csv`` it writes:
 | ``examples/mnist_png/{train,test}/<digit>/<n>.png`` | a PNG class folder | ``recipes/mnist_images.yaml`` |
 | ``examples/mnist_tfrecord/{train,test}-0000i-of-0000n.tfrecord`` | TFRecord shards: ``image`` (PNG bytes), ``label`` (int64) | ``recipes/mnist_tfrecord.yaml`` |
 | ``examples/breast_cancer_area.npz`` | arrays: 29 features -> ``mean_area`` (float), 80/20 train/test | ``recipes/tumour_area.yaml`` |
+| ``examples/tensorflow_datasets/tfgpu_mnist/1.0.0/`` | a prepared TFDS dataset (``image``, ``label``; splits train, test) | ``recipes/mnist_tfds.yaml`` |
 
 The tests and ``benchmarks/sources.py`` call the same functions. PNGs are
-written with Pillow, TFRecords with TensorFlow.
+written with Pillow, TFRecords with TensorFlow, the TFDS dataset with
+``tfds.dataset_builders.store_as_tfds_dataset`` (skipped when the ``tfds``
+extra is not installed).
 """
 
 from __future__ import annotations
@@ -108,6 +111,26 @@ def write_area_npz(path: Path, seed: int = 0) -> Path:
     return path
 
 
+def write_tfds(data_dir: Path, name: str = "tfgpu_mnist") -> Path:
+    """MNIST as a prepared TensorFlow Datasets dataset ``data_dir/<name>/1.0.0/`` (no download involved).
+
+    Features: ``image`` (uint8 (28, 28, 1)) and ``label`` (``ClassLabel``, 10 classes);
+    splits ``train`` and ``test``. Wraps ``tfds.dataset_builders.store_as_tfds_dataset``.
+    """
+    import tensorflow as tf  # noqa: PLC0415
+    import tensorflow_datasets as tfds  # noqa: PLC0415
+
+    arrays = mnist()
+    features = tfds.features.FeaturesDict({"image": tfds.features.Image(shape=(28, 28, 1)),
+                                           "label": tfds.features.ClassLabel(num_classes=10)})
+    splits = {split: tf.data.Dataset.from_tensor_slices({"image": arrays[f"x_{split}"][..., None],
+                                                         "label": arrays[f"y_{split}"].astype("int64")})
+              for split in ("train", "test")}
+    tfds.dataset_builders.store_as_tfds_dataset(name=name, version="1.0.0", features=features, split_datasets=splits,
+                                                data_dir=str(data_dir), disable_shuffling=True)
+    return data_dir / name / "1.0.0"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="examples", help="where to write (default: examples/)")
@@ -117,6 +140,12 @@ def main() -> None:
     print("wrote", write_png_folder(out / "mnist_png"))
     print("wrote", write_tfrecords(out / "mnist_tfrecord", args.shards))
     print("wrote", write_area_npz(out / "breast_cancer_area.npz"))
+    try:
+        import tensorflow_datasets  # noqa: F401, PLC0415
+    except ImportError:
+        print("skipped the TFDS dataset: pip install 'tfgpu[tfds]' to write it")
+    else:
+        print("wrote", write_tfds(out / "tensorflow_datasets"))
 
 
 if __name__ == "__main__":

@@ -110,3 +110,16 @@ def mnist_tfrecord(tmp_path_factory) -> Path:
     """, TF_CPP_MIN_LOG_LEVEL="3")
     assert result.returncode == 0, result.stderr[-3000:]
     return out
+
+
+@pytest.fixture(scope="session")
+def mnist_tfds(tmp_path_factory) -> Path:
+    """The real offline MNIST as a prepared TFDS dataset ``tfgpu_mnist`` in the returned data_dir."""
+    out = tmp_path_factory.mktemp("tensorflow_datasets")
+    result = run_python(f"""
+        from pathlib import Path
+        from recipes.make_examples import write_tfds
+        write_tfds(Path({str(out)!r}))
+    """, TF_CPP_MIN_LOG_LEVEL="3")
+    assert result.returncode == 0, result.stderr[-3000:]
+    return out

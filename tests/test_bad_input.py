@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import csv
 import gzip
+import importlib.util
 import json
 import os
 import signal
@@ -34,6 +35,7 @@ from tfgpu.errors import ConfigError, DataError, DeviceError, TfgpuError
 from tfgpu.model import require_model
 from tfgpu.plan import make_plan
 from tfgpu.probe import GpuInfo, Probe
+from tfgpu.results import check_tensorboard
 
 from .conftest import ROOT, child_env, one_paragraph, run_cli, run_python
 from .test_data import idx_bytes, load_arrays, make_idx_dir
@@ -199,7 +201,7 @@ FILE_CASES = [
                  id="same-device-twice"),
     # the data section: keys per kind, the keys a kind needs, ranges
     pytest.param("data:\n  kind: image_folder\n  path: photos\n  label: class\n",
-                 ["recipe.yaml:4", "'data.label' is not read by data.kind image_folder (it belongs to csv, tfrecord)",
+                 ["recipe.yaml:4", "'data.label' is not read by data.kind image_folder (it belongs to csv, tfrecord, tfds)",
                   "the keys of image_folder are: kind, path, validation_path"], id="data-key-of-another-kind"),
     pytest.param("data:\n  kind: csv\n  path: table.csv\n",
                  ["recipe.yaml:1", "'data.label'", "data.kind csv needs data.label: the name of the target column"],
@@ -242,6 +244,14 @@ FILE_CASES = [
                  ["'data.keys'", "'x' is not an array role", "x_train, y_train, x_val"], id="data-unknown-array-role"),
     pytest.param("data:\n  kind: builder\n  builder: my_data\n", ["'data.builder'", "is not 'package.module:function'"],
                  id="data-builder-without-colon"),
+    pytest.param("data:\n  kind: tfds\n", ["'data.name'", "data.kind tfds needs data.name"], id="data-tfds-without-name"),
+    pytest.param("data:\n  kind: tfds\n  name: mnist\n  validation_split: 0.1\n",
+                 ["recipe.yaml:4", "tfds takes its validation data from data.splits", "train[90%:]"],
+                 id="data-tfds-validation-split"),
+    pytest.param("data:\n  kind: tfds\n  name: mnist\n  splits: {training: train}\n",
+                 ["'data.splits'", "'training' is not a split of tfgpu's"], id="data-tfds-unknown-split-role"),
+    pytest.param("data:\n  kind: tfds\n  name: mnist\n  splits: {test: test}\n",
+                 ["'data.splits'", "has no train entry"], id="data-tfds-splits-without-train"),
     pytest.param("train:\n  profile_steps: [5, 2]\n", ["'train.profile_steps'", "first <= last"],
                  id="profile-steps-backwards"),
     pytest.param("train:\n  profile_steps: [2, 5]\n",
@@ -597,6 +607,12 @@ SOURCE_CASES = [
                  ["a.tfrecord is empty (0 bytes)"], id="tfrecord-empty-file"),
     pytest.param(lambda d: _records(d / "a.tfrecord.gz", b"not gzip at all, no"),
                  ["cannot read", "as GZIP", "data.compression"], id="tfrecord-gz-that-is-not-gzip"),
+    pytest.param(lambda d: {"kind": "tfds", "name": "mnist", "data_dir": str(d)},
+                 ["the TFDS dataset 'mnist' is not prepared in", "(no mnist/<version>/dataset_info.json;", "is empty",
+                  "tfgpu does not download at run time", "set data.download: true"], id="tfds-not-prepared"),
+    pytest.param(lambda d: (d / "other" / "1.0.0").mkdir(parents=True) or
+                 {"kind": "tfds", "name": "mnist:3.0.1", "data_dir": str(d)},
+                 ["no mnist/3.0.1/dataset_info.json", "holds other"], id="tfds-version-not-prepared"),
     pytest.param(lambda d: {"kind": "arrays", "path": "${TFGPU_NO_SUCH_VARIABLE}/a.npz"},
                  ["uses $TFGPU_NO_SUCH_VARIABLE, which is not set", "export TFGPU_NO_SUCH_VARIABLE="],
                  id="path-with-an-unset-variable"),
@@ -611,6 +627,23 @@ def test_bad_data_sources_before_tensorflow(tmp_path, make, fragments):
         source.check()
         source.load(LoadContext(global_batch_size=32, num_replicas=1))
     check(info.value, DataError, 5, fragments)
+
+
+@pytest.mark.parametrize("package, make, fragments", [
+    pytest.param("tensorflow_datasets", lambda: source_for(load_config({"data": {"kind": "tfds", "name": "mnist"}}).data).check(),
+                 ["data.kind tfds needs the tensorflow-datasets package", "pip install 'tfgpu[tfds]'"], id="tfds"),
+    pytest.param("tensorboard", lambda: check_tensorboard(True),
+                 ["output.tensorboard: true needs the tensorboard package", "pip install 'tfgpu[tensorboard]'"],
+                 id="tensorboard"),
+])
+def test_an_optional_package_that_is_not_installed(monkeypatch, package, make, fragments):
+    # The one seam: the package lookup, as on a machine without the extra installed.
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == package else real(name, *a))
+    with pytest.raises(TfgpuError) as info:
+        make()
+    check(info.value, type(info.value), info.value.exit_code, fragments)
+    assert info.value.exit_code in (3, 5)
 
 
 # --------------------------------------------------------------------------- data read by TensorFlow (one process)
@@ -641,6 +674,13 @@ write(d / "floats.tfrecord", [{"x": [1.0, 2.0, 3.0], "label": [1]}])
 write(d / "late.tfrecord", [{"image": zero, "label": [1]}, {"image": b"garbage", "label": [0]}])
 write(d / "sizes.tfrecord", [{"image": zero, "label": [1]}, {"image": png(np.zeros((5, 4), np.uint8)), "label": [0]}])
 write(d / "labels.tfrecord", [{"image": zero, "label": [1]}, {"image": one, "label": [7]}])
+import tensorflow_datasets as tfds
+tfds.dataset_builders.store_as_tfds_dataset(
+    name="tiny", version="1.0.0", data_dir=str(d / "tfds"),
+    features=tfds.features.FeaturesDict({"image": tfds.features.Image(shape=(4, 4, 1)),
+                                         "label": tfds.features.ClassLabel(num_classes=2)}),
+    split_datasets={"train": tf.data.Dataset.from_tensor_slices({"image": np.zeros((4, 4, 4, 1), np.uint8),
+                                                                  "label": np.array([0, 1, 0, 1])})})
 """
 
 BAD_DATA_BUILDERS = '''
@@ -704,6 +744,12 @@ TF_DATA_CASES = [
                   "images of different sizes need data.image_size"], id="tfrecord-images-of-different-sizes"),
     pytest.param({"kind": "tfrecord", "path": "{d}/labels.tfrecord", "label": "label", "features": SPEC,
                   "num_classes": 3}, ["labels.tfrecord: a label is 7, outside [0, 3)"], id="tfrecord-label-outside"),
+    pytest.param({"kind": "tfds", "name": "tiny", "data_dir": "{d}/tfds", "splits": {"train": "training"}},
+                 ["data.splits.train: 'training' is not a split of tiny", "its splits are train"],
+                 id="tfds-unknown-split"),
+    pytest.param({"kind": "tfds", "name": "tiny", "data_dir": "{d}/tfds", "label": "class"},
+                 ["tiny's features are image, label; 'class' is not one of them", "set data.label"],
+                 id="tfds-unknown-label-feature"),
     pytest.param({"kind": "builder", "builder": "bad_data:boom"},
                  ["data.builder: bad_data:boom() raised RuntimeError: no data today", "run with --debug"],
                  id="builder-raises"),

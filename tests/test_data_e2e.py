@@ -76,6 +76,17 @@ def test_mnist_from_each_source_reaches_095_on_two_replicas(mnist_runs, source):
 
 
 @pytest.mark.slow
+def test_tfds_dataset_prepared_locally_trains_and_evaluates(tmp_path, mnist_tfds):
+    run_dir, s = train(tmp_path, "recipes/mnist_tfds.yaml", *TWO_REPLICAS, "--set", f"data.data_dir={mnist_tfds}")
+    assert s["data"]["kind"] == "tfds" and s["data"]["class_names"] == [str(d) for d in range(10)]
+    assert s["data"]["tfds_splits"] == {"train": "train[:90%]", "validation": "train[90%:]", "test": "test"}
+    assert (s["data"]["train_samples"], s["data"]["validation_samples"], s["data"]["test_samples"]) == (20429, 2270, 10000)
+    assert s["final_metrics"]["val_accuracy"] >= 0.95 and s["final_metrics"]["test_accuracy"] >= 0.95
+    report = evaluate(run_dir, "--split", "test")
+    assert round(report["splits"]["test"]["accuracy"], 4) == round(s["final_metrics"]["test_accuracy"], 4)
+
+
+@pytest.mark.slow
 def test_evaluate_reproduces_the_recorded_accuracy_to_4_decimals(mnist_runs, tmp_path):
     run_dir, s = mnist_runs["png"]
     report = evaluate(run_dir)

@@ -49,9 +49,10 @@ PLAUSIBLE = [1, 2, 3, 32, 0, 0.5, 1.0, 4096, True, False, None, "auto", "all", "
              "mixed_float16", "cuda_malloc_async", "mnist", "runs", "exp1", ["/cpu:0"], ["/gpu:0", "/gpu:1"], [0],
              [0, 1], ["accuracy"], "adam", {"name": "adam", "learning_rate": 0.01}, [{"Dense": {"units": 10}}],
              ["Flatten"], "tests.builders:small_cnn", {"filters": 4}, {},
-             "keras", "arrays", "image_folder", "csv", "tfrecord", "builder", "cifar10", "fashion_mnist", [64, 64],
+             "keras", "arrays", "image_folder", "csv", "tfrecord", "builder", "tfds", "cifar10", "fashion_mnist", [64, 64],
              "rgb", "grayscale", "1/255", 0.2, ["a", "b"], {"image": {"encoding": "png"}, "label": {"dtype": "int64"}},
-             {"x_train": "features"}, "label", "photos/*.tfrecord", "GZIP", "coarse", [2, 5]]
+             {"x_train": "features"}, "label", "photos/*.tfrecord", "GZIP", "coarse", [2, 5],
+             {"train": "train[:90%]", "validation": "train[90%:]"}, "~/tensorflow_datasets"]
 
 _counter = itertools.count()
 

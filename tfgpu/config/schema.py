@@ -192,7 +192,7 @@ def normalise_device(name: str) -> str:
 
 
 #: ``data.kind`` values, in the order the docs list them.
-DATA_KINDS = ("mnist", "keras", "arrays", "image_folder", "csv", "tfrecord", "builder")
+DATA_KINDS = ("mnist", "keras", "arrays", "image_folder", "csv", "tfrecord", "builder", "tfds")
 #: The Keras built-in datasets ``kind: keras`` reads (``kind: mnist`` is the first).
 KERAS_DATASETS = ("mnist", "fashion_mnist", "cifar10", "cifar100")
 #: Roles of arrays in an ``arrays`` source; ``data.keys`` renames them.
@@ -212,6 +212,7 @@ DATA_KIND_KEYS: dict[str, tuple[str, ...]] = {
     "tfrecord": ("path", "validation_path", "test_path", "features", "label", "compression", *_IMAGE_KEYS,
                  "num_classes"),
     "builder": ("builder", "builder_args", "batched", "num_classes"),
+    "tfds": ("name", "data_dir", "splits", "download", "label", "features", "num_classes"),
 }
 #: Keys a kind cannot do without, with what they are for (the error message's words).
 DATA_REQUIRED: dict[str, tuple[tuple[str, str], ...]] = {
@@ -223,6 +224,7 @@ DATA_REQUIRED: dict[str, tuple[tuple[str, str], ...]] = {
                  ("features", "the feature spec: name -> {dtype, shape} or {encoding: png}"),
                  ("label", "which feature is the label")),
     "builder": (("builder", "'package.module:function' returning the datasets"),),
+    "tfds": (("name", "the TensorFlow Datasets name, e.g. mnist (or mnist:3.0.1)"),),
 }
 
 
@@ -282,10 +284,11 @@ class DataConfig(_Section):
 
     Attributes:
         kind: the source: ``mnist`` (default), ``keras``, ``arrays``,
-            ``image_folder``, ``csv``, ``tfrecord`` or ``builder``. Unset, a
-            ``name`` other than ``mnist`` selects ``keras``.
+            ``image_folder``, ``csv``, ``tfrecord``, ``builder`` or ``tfds``.
+            Unset, a ``name`` other than ``mnist`` selects ``keras``.
         name: ``mnist``/``keras``: the Keras built-in dataset (``mnist``,
-            ``fashion_mnist``, ``cifar10``, ``cifar100``).
+            ``fashion_mnist``, ``cifar10``, ``cifar100``); ``tfds``: the
+            TensorFlow Datasets name (``mnist``, ``mnist:3.0.1``).
         path: the training data (file, folder or file pattern, by kind). A
             relative path is read from the current directory; ``$VAR`` and
             ``${VAR}`` are expanded (e.g. ``${TFGPU_DATA_DIR}/breast_cancer/breast_cancer.csv``).
@@ -310,10 +313,12 @@ class DataConfig(_Section):
             ``.npy`` file stems) for each role, e.g. ``{x_train: features,
             y_train: target}``; roles: x_train, y_train, x_val, y_val,
             x_test, y_test.
-        label: ``csv``: the target column; ``tfrecord``: the label feature.
+        label: ``csv``: the target column; ``tfrecord``, ``tfds``: the label
+            feature (``tfds`` default: the supervised label, else ``label``).
         features: ``csv``: the feature columns, in order (default: every
             column but the label); ``tfrecord``: the feature spec, a mapping
-            name -> :class:`FeatureSpec` (every feature but the label is an input).
+            name -> :class:`FeatureSpec` (every feature but the label is an
+            input); ``tfds``: the input feature(s) (default: the supervised input).
         delimiter: ``csv``: the field separator.
         compression: ``tfrecord``: ``auto`` (``GZIP`` for ``.gz`` files,
             ``ZLIB`` for ``.zz``, else none), ``none``, ``GZIP`` or ``ZLIB``.
@@ -321,6 +326,13 @@ class DataConfig(_Section):
         num_classes: the number of classes; ``null``: from the data (class
             folders, or the largest integer label + 1). Labels must lie in
             ``[0, num_classes)``.
+        data_dir: ``tfds``: the folder of prepared TFDS datasets; ``null``:
+            ``$TFDS_DATA_DIR``, else ``~/tensorflow_datasets``.
+        splits: ``tfds``: tfgpu's splits (``train``, ``validation``, ``test``)
+            -> TFDS split names, slicing allowed (``train[:90%]``); default:
+            ``train``, and ``validation``/``test`` where the dataset has them.
+        download: ``tfds``: download and prepare the dataset at run time if it
+            is not prepared (``builder.download_and_prepare()``).
         builder: ``builder``: ``"package.module:function"`` returning the data.
         builder_args: keyword arguments for ``builder``.
         batched: ``builder``: the datasets it returns already yield global
@@ -338,7 +350,7 @@ class DataConfig(_Section):
             file path: ``tf.data.Dataset.cache(path)`` on disk.
     """
 
-    kind: Literal["mnist", "keras", "arrays", "image_folder", "csv", "tfrecord", "builder"] = "mnist"
+    kind: Literal["mnist", "keras", "arrays", "image_folder", "csv", "tfrecord", "builder", "tfds"] = "mnist"
     name: Optional[str] = None
     path: Optional[str] = None
     validation_path: Optional[str] = None
@@ -362,6 +374,9 @@ class DataConfig(_Section):
     builder: Optional[ImportPath] = None
     builder_args: dict[str, Any] = Field(default_factory=dict)
     batched: bool = False
+    data_dir: Optional[str] = None
+    splits: dict[str, str] = Field(default_factory=dict)
+    download: bool = False
     rescale: Union[Literal["auto"], float, None] = "auto"
     normalize: bool = False
     shuffle_buffer: Optional[int] = Field(None, ge=1)
@@ -401,9 +416,10 @@ class DataConfig(_Section):
         kind = info.data.get("kind")
         if value is None:
             return value
-        if kind == "csv":
+        if kind in ("csv", "tfds"):
             if not (isinstance(value, list) and value and all(isinstance(v, str) and v for v in value)):
-                raise ValueError("csv: expected a non-empty list of column names, e.g. [age, income]")
+                raise ValueError(f"{kind}: expected a non-empty list of "
+                                 f"{'column' if kind == 'csv' else 'feature'} names, e.g. [age, income]")
             dupes = sorted({v for v in value if value.count(v) > 1})
             if dupes:
                 raise ValueError(f"the column {dupes[0]!r} is listed twice")
@@ -457,6 +473,15 @@ class DataConfig(_Section):
                 raise _kind_error(
                     "name", f"{self.name!r} is not a dataset of kind {kind} ({', '.join(names)}); for your own "
                     "files set data.kind to arrays, image_folder, csv, tfrecord or builder")
+        if kind == "tfds" and self.validation_split is not None:
+            raise _kind_error("validation_split", "tfds takes its validation data from data.splits, e.g. "
+                              "{train: 'train[:90%]', validation: 'train[90%:]'} (TFDS slicing)")
+        for role in self.splits:
+            if role not in ("train", "validation", "test"):
+                raise _kind_error("splits", f"{role!r} is not a split of tfgpu's; the keys are train, validation "
+                                  "and test, each naming a TFDS split")
+        if self.splits and "train" not in self.splits:
+            raise _kind_error("splits", "data.splits has no train entry; name the TFDS split to train on")
         if self.validation_path is not None and self.validation_split is not None:
             raise _kind_error("validation_split", "validation_path and validation_split are both set; set one: "
                               "a separate validation set, or a fraction of the training samples")

@@ -23,6 +23,7 @@ from .builder import BuilderSource
 from .csv import CsvSource
 from .image_folder import ImageFolderSource
 from .keras_datasets import KerasSource
+from .tfds import TfdsSource
 from .tfrecord import TfrecordSource
 
 #: ``data.kind`` -> its source class.
@@ -34,6 +35,7 @@ SOURCES: dict[str, type[Source]] = {
     "csv": CsvSource,
     "tfrecord": TfrecordSource,
     "builder": BuilderSource,
+    "tfds": TfdsSource,
 }
 
 __all__ = ["DATA_DIR_ENV", "Data", "DataSpec", "LoadContext", "SOURCES", "Source", "Split", "output_units",
