@@ -10,16 +10,14 @@ closest Keras name.
 from __future__ import annotations
 
 import difflib
-import importlib
 import inspect
-import os
 import re
-import sys
 from dataclasses import dataclass
 from typing import Any, Optional
 
 from .config import ModelConfig
 from .errors import ConfigError
+from .imports import import_function, keyword_arguments
 
 
 def _keras() -> Any:
@@ -227,41 +225,9 @@ def _layer(i: int, item: Any) -> Any:
 
 
 def _from_builder(cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int) -> Any:
-    if os.getcwd() not in sys.path and "" not in sys.path:  # 'package.module' from here, as with python -m
-        sys.path.insert(0, os.getcwd())
     keras = _keras()
-    module_name, _, func_name = cfg.builder.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigError(
-            f"model.builder: cannot import module '{module_name}' (received '{cfg.builder}'): {exc}.",
-            "check the module name and that it is importable (on PYTHONPATH or installed).",
-        ) from None
-    except Exception as exc:  # the module itself fails while it is imported
-        raise ConfigError(
-            f"model.builder: importing module '{module_name}' (received '{cfg.builder}') failed: "
-            f"{type(exc).__name__}: {gist(exc)}.",
-            f"fix the error in '{module_name}' (run with --debug for the traceback).",
-        ) from exc
-    func = getattr(module, func_name, None)
-    if not callable(func):
-        raise ConfigError(
-            f"model.builder: module '{module_name}' has no function '{func_name}' (received '{cfg.builder}')."
-            if func is None else
-            f"model.builder: '{func_name}' in module '{module_name}' is a {type(func).__name__}, not a function "
-            f"(received '{cfg.builder}').",
-            "name a function that returns a keras.Model, as 'package.module:function'.",
-        )
-    try:
-        params = inspect.signature(func).parameters
-    except (TypeError, ValueError):
-        params = {}
-    takes_all = any(p.kind is p.VAR_KEYWORD for p in params.values())
-    kwargs = dict(cfg.builder_args)
-    for key, value in (("input_shape", input_shape), ("num_classes", num_classes)):
-        if takes_all or key in params:
-            kwargs.setdefault(key, value)
+    func = import_function(cfg.builder, "model.builder", ConfigError, "a keras.Model")
+    kwargs = keyword_arguments(func, {"input_shape": input_shape, "num_classes": num_classes}, cfg.builder_args)
     try:
         model = func(**kwargs)
     except TypeError as exc:
@@ -319,7 +285,8 @@ def target_of(task: str, num_classes: Optional[int], units: int, loss: Any) -> T
         return Target(units, units, f"the targets have {units} value{plural} per sample",
                       f"Dense: {{units: {units}}} (no activation)")
     if units == 1:
-        return Target(1, int(num_classes or 2), f"the data has 2 classes and the loss '{_split_spec(loss)[0]}' takes one "
+        return Target(1, int(num_classes or 2),
+                      f"the data has 2 classes and the loss '{_split_spec(loss)[0]}' takes one "
                       "probability per sample", "Dense: {units: 1, activation: sigmoid}")
     return Target(units, units, f"the data has {units} classes", f"Dense: {{units: {units}, activation: softmax}}")
 

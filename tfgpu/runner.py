@@ -286,7 +286,8 @@ def _banner(run_dir: Path, info: Any, data: Any, pipes: Any, built: _Built, cfg:
          + ("" if data.validation else " (no validation data)"))
     _say(f"global batch: {plan.batch_size_per_replica} per replica x {info.num_replicas} replicas = "
          f"{info.global_batch_size}; {pipes.steps_per_epoch} steps per epoch; loop: {cfg.train.loop}; "
-         f"learning rate {built.learning_rate:g}" + (f" ({plan.lr_scaling} scaling)" if plan.lr_scaling != "none" else ""))
+         f"learning rate {built.learning_rate:g}"
+         + (f" ({plan.lr_scaling} scaling)" if plan.lr_scaling != "none" else ""))
     _say(f"steps per call: {built.per_call}; XLA: {'on' if plan.jit_compile else 'off'} ({plan.jit_compile_reason}); "
          f"precision: {plan.mixed_precision}")
 

@@ -100,7 +100,8 @@ def check_pairs(arrays: dict[str, np.ndarray], where: str) -> None:
     shapes = {s: arrays[f"x_{s}"].shape[1:] for s in ("train", "val", "test") if f"x_{s}" in arrays}
     if len(set(shapes.values())) > 1:
         raise DataError(
-            f"{where}: the samples differ in shape between splits ({', '.join(f'{k} {v}' for k, v in shapes.items())}).",
+            f"{where}: the samples differ in shape between splits "
+            f"({', '.join(f'{k} {v}' for k, v in shapes.items())}).",
             "save every split with the same sample shape.",
         )
 

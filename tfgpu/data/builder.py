@@ -30,50 +30,15 @@ tf.data.experimental.assert_cardinality(n))`` saves that pass).
 
 from __future__ import annotations
 
-import importlib
-import inspect
-import os
-import sys
 from typing import Any, Optional
 
 import numpy as np
 
 from ..config import DataConfig
 from ..errors import DataError
+from ..imports import import_function, keyword_arguments
 from .arrays import arrange, check_pairs
 from .base import Data, DataSpec, LoadContext, Reader, Source, Split, label_task, rescale_for
-
-_PARAMS = ("global_batch_size", "input_context", "seed")
-
-
-def import_function(spec: str, key: str) -> Any:
-    """``"package.module:function"`` -> the function; the current directory is importable.
-
-    Raises:
-        DataError: the module cannot be imported (or fails), or has no such function.
-    """
-    module_name, _, func_name = spec.partition(":")
-    if os.getcwd() not in sys.path and "" not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise DataError(f"{key}: cannot import module '{module_name}' (received '{spec}'): {exc}.",
-                        "check the module name and that it is importable (the current directory, PYTHONPATH or "
-                        "an installed package).") from None
-    except Exception as exc:  # the module itself fails while it is imported
-        raise DataError(f"{key}: importing module '{module_name}' (received '{spec}') failed: "
-                        f"{type(exc).__name__}: {str(exc).strip()}.",
-                        f"fix the error in '{module_name}' (run with --debug for the traceback).") from exc
-    func = getattr(module, func_name, None)
-    if not callable(func):
-        raise DataError(
-            f"{key}: module '{module_name}' has no function '{func_name}' (received '{spec}')." if func is None else
-            f"{key}: '{func_name}' in module '{module_name}' is a {type(func).__name__}, not a function.",
-            "name a function as 'package.module:function'.",
-        )
-    return func
-
 
 class DatasetReader(Reader):
     """A builder's unbatched ``tf.data.Dataset`` (read as given; the pipeline shuffles and batches)."""
@@ -107,17 +72,12 @@ class BuilderSource(Source):
         import tensorflow as tf  # noqa: PLC0415
 
         cfg: DataConfig = self.cfg
-        func = import_function(cfg.builder, "data.builder")
-        try:
-            params = inspect.signature(func).parameters
-        except (TypeError, ValueError):
-            params = {}
-        takes_all = any(p.kind is p.VAR_KEYWORD for p in params.values())
+        func = import_function(cfg.builder, "data.builder", DataError, "the training and validation data")
         offered = {"global_batch_size": context.global_batch_size, "input_context": context.input_context(),
                    "seed": context.seed}
-        kwargs = {k: v for k, v in offered.items() if takes_all or k in params}
-        kwargs.update(cfg.builder_args)
-        shown = ", ".join([*(k for k in kwargs if k in _PARAMS), *(f"{k}={v!r}" for k, v in cfg.builder_args.items())])
+        kwargs = keyword_arguments(func, offered, cfg.builder_args)
+        shown = ", ".join([*(k for k in kwargs if k not in cfg.builder_args),
+                           *(f"{k}={v!r}" for k, v in cfg.builder_args.items())])
         call = f"{cfg.builder}({shown})"
         try:
             result = func(**kwargs)
@@ -174,7 +134,8 @@ class BuilderSource(Source):
             if not (isinstance(spec, tuple) and len(spec) == 2 and all(isinstance(s, tf.TensorSpec) for s in spec)):
                 raise DataError(f"data.builder: {call} returned a {name} dataset whose elements are {spec}; "
                                 "tfgpu trains on (x, y) pairs of tensors.",
-                                "map the dataset to (inputs, label) pairs, e.g. ds.map(lambda d: (d['image'], d['label'])).")
+                                "map the dataset to (inputs, label) pairs, e.g. "
+                                "ds.map(lambda d: (d['image'], d['label'])).")
             return "dataset"
         if isinstance(value, (tuple, list)) and len(value) == 2:
             return "arrays"
@@ -197,7 +158,8 @@ class BuilderSource(Source):
                 continue
             if tuple(ds.element_spec[0].shape[1:] if cfg.batched else ds.element_spec[0].shape) != sample:
                 raise DataError(f"data.builder: the {name} inputs have shape {tuple(ds.element_spec[0].shape)} but "
-                                f"the train inputs {tuple(x_spec.shape)}.", "return inputs of one shape for every split.")
+                                f"the train inputs {tuple(x_spec.shape)}.",
+                                "return inputs of one shape for every split.")
             size = _count(ds, name)
             if size == 0:
                 raise DataError(f"data.builder: {call} returned an empty {name} dataset.", "return data in it.")
@@ -214,7 +176,8 @@ class BuilderSource(Source):
         task = label_task(labels, self.loss, cfg.num_classes)
         validation, test = splits.get("validation"), splits.get("test")
         spec = DataSpec(kind="builder", source=f"builder {cfg.builder}", sample_shape=sample, x_dtype=x_dtype,
-                        add_channel=x_dtype == "uint8" and len(sample) == 2, rescale=rescale_for(cfg, x_dtype), task=task.task, num_classes=cfg.num_classes,
+                        add_channel=x_dtype == "uint8" and len(sample) == 2, rescale=rescale_for(cfg, x_dtype),
+                        task=task.task, num_classes=cfg.num_classes,
                         target_shape=tuple(y_spec.shape[1:] if cfg.batched else y_spec.shape),
                         label_dtype="int32" if task.task == "classification" else "float32",
                         details={"batched": cfg.batched})

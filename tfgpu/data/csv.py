@@ -49,7 +49,8 @@ def read_csv(path: Path, key: str, label: str, features: Optional[list[str]], de
         raise DataError(f"data.{key}: {path} is not UTF-8 text ({exc.reason} at byte {exc.start}).",
                         "save the CSV as UTF-8.") from None
     except (OSError, csv.Error) as exc:
-        raise DataError(f"data.{key}: cannot read {path} as CSV: {exc}.", "check the file and data.delimiter.") from None
+        raise DataError(f"data.{key}: cannot read {path} as CSV: {exc}.",
+                        "check the file and data.delimiter.") from None
     rows = [r for r in rows if any(cell.strip() for cell in r)]
     if not rows:
         raise DataError(f"data.{key}: {path} is empty; a CSV for tfgpu has a header row, then one row per sample.",

@@ -232,7 +232,8 @@ def materialize(data: Data, data_cfg: DataConfig, seed: Optional[int] = None) ->
         else:
             info[split.name] = f"file {_cache_dir(data_cfg.cache, data_cfg, split)}"
     if splits:
-        data = replace(data, **{name: splits.get(name, getattr(data, name)) for name in ("train", "validation", "test")})
+        data = replace(data, **{name: splits.get(name, getattr(data, name))
+                                for name in ("train", "validation", "test")})
     if data.spec.task == "classification" and (data.spec.num_classes is None or splits):
         data = replace(data, spec=replace(data.spec, num_classes=_classes(data)))
     return data, info

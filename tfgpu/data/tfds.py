@@ -70,7 +70,8 @@ class TfdsSource(Source):
         if not infos:
             have = sorted(p.name for p in root.iterdir() if p.is_dir() and p.name != "downloads") \
                 if root.is_dir() else []
-            where = f"{root} holds {', '.join(have[:12])}" if have else f"{root} {'is empty' if root.is_dir() else 'does not exist'}"
+            state = "is empty" if root.is_dir() else "does not exist"
+            where = f"{root} holds {', '.join(have[:12])}" if have else f"{root} {state}"
             raise DataError(
                 f"data.name: the TFDS dataset '{cfg.name}' is not prepared in {root} (no {base}/"
                 f"{version or '<version>'}/dataset_info.json; {where}); tfgpu does not download at run time.",

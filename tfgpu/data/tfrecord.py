@@ -55,7 +55,8 @@ def match_files(pattern: str, key: str) -> tuple[str, ...]:
                         f"point data.{key} at the TFRecord files, e.g. 'shards/train-*.tfrecord'.")
     empty = [f for f in files if Path(f).stat().st_size == 0]
     if empty:
-        raise DataError(f"data.{key}: {empty[0]} is empty (0 bytes){f' (and {len(empty) - 1} more)' if len(empty) > 1 else ''}.",
+        more = f" (and {len(empty) - 1} more)" if len(empty) > 1 else ""
+        raise DataError(f"data.{key}: {empty[0]} is empty (0 bytes){more}.",
                         "re-write the file(s), or remove them from the pattern.")
     return tuple(files)
 
@@ -123,7 +124,8 @@ def _spec_text(name: str, spec: FeatureSpec) -> str:
         return f"{name}: one {spec.encoding} image (bytes)"
     if spec.encoding == "raw":
         return f"{name}: raw uint8 bytes of shape {spec.shape}"
-    return f"{name}: {spec.dtype} of shape {spec.shape} ({math.prod(spec.shape)} value{'s' if math.prod(spec.shape) != 1 else ''})"
+    count = math.prod(spec.shape)
+    return f"{name}: {spec.dtype} of shape {spec.shape} ({count} value{'s' if count != 1 else ''})"
 
 
 class RecordReader(Reader):
@@ -331,14 +333,17 @@ class TfrecordSource(Source):
                 raise DataError(f"data.{keys[split]}: the {split} split has no records"
                                 + (" after data.validation_split" if cfg.validation_split else "") + ".",
                                 "check the files (and a validation_split that leaves records on both sides).")
-        task = label_task([(f"{readers[s].files[0]}{' ...' if len(readers[s].files) > 1 else ''}", y)
-                           for s, y in labels.items()], self.loss, cfg.num_classes)
-        origin = {s: f"{cfg.validation_split and s != 'test' and 'validation_split ' + str(cfg.validation_split) + ' of ' or ''}"
-                     f"{len(r.files)} file(s) {r.files[0]}{' ...' if len(r.files) > 1 else ''}"
-                  for s, r in readers.items()}
-        splits = {s: Split(s, origin[s], reader=r, size=len(labels[s])) for s, r in readers.items()}
+        def files(reader: RecordReader) -> str:
+            return f"{reader.files[0]}{f' (+{len(reader.files) - 1} files)' if len(reader.files) > 1 else ''}"
+
+        task = label_task([(files(readers[s]), y) for s, y in labels.items()], self.loss, cfg.num_classes)
+        origin = {s: files(r) for s, r in readers.items()}
+        if cfg.validation_split is not None:
+            origin["validation"] = f"validation_split {cfg.validation_split} of {files(readers['train'])} " \
+                                   f"(seed {self.split_seed})"
         for split, reader in readers.items():
             reader.size = len(labels[split])
+        splits = {s: Split(s, origin[s], reader=r, size=len(labels[s])) for s, r in readers.items()}
         validation, test = splits.get("validation"), splits.get("test")
         is_test = validation is None and test is not None
         if is_test:
