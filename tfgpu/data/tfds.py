@@ -143,7 +143,7 @@ class TfdsSource(Source):
     def _keys(self, info: Any) -> tuple[str, list[str]]:
         """The label feature and the input features: ``data.label``/``features``, else the supervised keys."""
         cfg: DataConfig = self.cfg
-        names = list(info.features.keys()) if hasattr(info.features, "keys") else []
+        names = sorted(info.features.keys()) if hasattr(info.features, "keys") else []
         supervised = info.supervised_keys if isinstance(info.supervised_keys, tuple) else None
         label = cfg.label or (supervised[1] if supervised else ("label" if "label" in names else None))
         inputs = list(cfg.features) if cfg.features else (
