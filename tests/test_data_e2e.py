@@ -208,3 +208,26 @@ def test_tensorboard_scalars_per_epoch_and_the_profile_with_both_loops(tmp_path,
     assert tags["train"]["epoch_loss"] == [0, 1] and tags["train"]["epoch_accuracy"] == [0, 1]
     assert tags["validation"]["epoch_loss"] == [0, 1] and tags["validation"]["epoch_accuracy"] == [0, 1]
     assert list(logs.glob("train/plugins/profile/*/*.xplane.pb")), "no profile written"
+
+
+def test_a_split_too_big_for_memory_is_streamed_and_the_summary_says_why(tmp_path, mnist_png):
+    # A machine with less memory, by the one number that stands for it: the share of the memory
+    # available that decoded splits may take (here 0: nothing fits).
+    result = run_python(f"""
+        import tfgpu.data.pipeline as pipeline
+        pipeline.MEMORY_FRACTION = 0.0
+        from tfgpu.config import load_config
+        from tfgpu.data import LoadContext, prepare, source_for
+        cfg = load_config({{"data": {{"kind": "image_folder", "path": {str(mnist_png / 'test')!r}, "validation_split": 0.5}}}})
+        source = source_for(cfg.data)
+        source.check()
+        data, pipes = prepare(source, cfg.data, LoadContext(global_batch_size=500, num_replicas=1))
+        print("MEMORY", data.train.in_memory, data.validation.in_memory)
+        print("CACHE", pipes.info["cache"]["train"])
+        x, y = next(iter(pipes.train))
+        print("BATCH", tuple(x.shape), x.dtype.name, float(x.numpy().max()) <= 1.0)
+    """, TF_CPP_MIN_LOG_LEVEL="3")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "MEMORY False False" in result.stdout
+    assert "CACHE none: decoded it would take 3.7 MiB; half of the" in result.stdout  # 5,000 digits of 784 bytes
+    assert "BATCH (500, 28, 28, 1) float32 True" in result.stdout

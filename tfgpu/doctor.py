@@ -460,7 +460,7 @@ def check_config(facts: Facts, config: Optional[Config]) -> list[Finding]:
         plan = make_plan(config, facts.machine)
     except TfgpuError as exc:
         return [Finding("config", "error", title, exc.message, exc.hint)]
-    out = [Finding("config", "warning", title, w, "see 'tfgpu plan' and the README's config reference.")
+    out = [Finding("config", "warning", title, w, "see 'tfgpu plan' and docs/config.md.")
            for w in plan.warnings]
     out.append(Finding("config", "ok", title,
                        f"{plan.strategy.kind} strategy on {', '.join(plan.strategy.devices) or 'the default device'}, "

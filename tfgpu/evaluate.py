@@ -72,7 +72,7 @@ def evaluate_run(run_dir: str, overrides: Sequence[str] = (), splits: Sequence[s
     source = source_for(cfg.data, cfg.model.loss, cfg.tensorflow.seed)
     source.check()
     info = setup(cfg)
-    data, pipes = load_data(cfg, info, source)
+    data, pipes = load_data(cfg, info, source, train=False)
 
     import keras  # noqa: PLC0415
 

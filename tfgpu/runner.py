@@ -66,11 +66,14 @@ def _say(text: str) -> None:
     print(f"tfgpu: {text}", flush=True)
 
 
-def load_data(cfg: Config, info: Any, source: Any) -> tuple[Any, Any]:
-    """A checked source's data and pipelines for the devices ``info`` describes (after :func:`tfgpu.setup`)."""
+def load_data(cfg: Config, info: Any, source: Any, train: bool = True) -> tuple[Any, Any]:
+    """A checked source's data and pipelines for the devices ``info`` describes (after :func:`tfgpu.setup`).
+
+    ``train=False`` (evaluation) does not decode the training split.
+    """
     context = LoadContext(global_batch_size=info.global_batch_size, num_replicas=info.num_replicas,
                           seed=cfg.tensorflow.seed)
-    return prepare(source, cfg.data, context)
+    return prepare(source, cfg.data, context, train)
 
 
 def run(recipe: Optional[str], overrides: Sequence[str] = (), output_dir: Optional[str] = None) -> RunResult:

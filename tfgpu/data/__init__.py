@@ -54,10 +54,11 @@ def source_for(cfg: DataConfig, loss: Any = "sparse_categorical_crossentropy",
     return SOURCES[cfg.kind](cfg, loss, tf_seed)
 
 
-def prepare(source: Source, cfg: DataConfig, context: LoadContext) -> tuple[Data, Any]:
+def prepare(source: Source, cfg: DataConfig, context: LoadContext, train: bool = True) -> tuple[Data, Any]:
     """Load a checked source, decode streamed splits into memory where ``cache`` says so, and build the pipelines.
 
-    Call after :func:`tfgpu.setup` (this imports TensorFlow).
+    Call after :func:`tfgpu.setup` (this imports TensorFlow). ``train=False``
+    (evaluation) leaves the training split undecoded.
 
     Returns:
         ``(data, pipelines)``: the :class:`Data` (in memory where decoded) and
@@ -70,7 +71,7 @@ def prepare(source: Source, cfg: DataConfig, context: LoadContext) -> tuple[Data
     from .pipeline import build_pipelines, materialize  # noqa: PLC0415
 
     data = source.load(context)
-    data, cache = materialize(data, cfg, context.seed)
+    data, cache = materialize(data, cfg, context.seed, skip=() if train else ("train",))
     pipes = build_pipelines(data, cfg, context.global_batch_size, context.seed, context.num_workers)
     pipes.info["cache"] = cache
     return data, pipes

@@ -16,7 +16,7 @@ parallel decoding, into memory, and then takes the path above; so every epoch,
 the first included, runs at the in-memory speed, and a file that cannot be
 decoded is a data error before anything is written. It is streamed instead when
 ``cache`` is ``false``, a folder (``tf.data.Dataset.cache`` files there), or
-when the decoded split would take more than half of the memory available:
+when the decoded splits together would take more than half of the memory available:
 files are read in parallel (``interleave`` / parallel ``map``), reshuffled
 (file order, then a ``shuffle_buffer`` of samples, default 10,000), batched,
 transformed as above, prefetched.
@@ -198,8 +198,13 @@ def _cache_dir(setting: str, data_cfg: DataConfig, split: Split) -> Path:
     return folder / f"tfgpu-{split.name}-{digest}"
 
 
-def materialize(data: Data, data_cfg: DataConfig, seed: Optional[int] = None) -> tuple[Data, dict[str, str]]:
+def materialize(data: Data, data_cfg: DataConfig, seed: Optional[int] = None,
+                skip: tuple[str, ...] = ()) -> tuple[Data, dict[str, str]]:
     """With ``cache: true``, decode each streamed split into memory (when it fits); else leave it streamed.
+
+    The splits decoded together may take at most :data:`MEMORY_FRACTION` of the
+    memory available; ``skip`` names splits that are not needed (``tfgpu
+    evaluate`` does not train, so it does not decode the training split).
 
     Returns:
         The data (streamed splits replaced by in-memory ones where decoded), and
@@ -210,23 +215,29 @@ def materialize(data: Data, data_cfg: DataConfig, seed: Optional[int] = None) ->
     """
     info: dict[str, str] = {}
     splits = {}
-    budget = available_bytes()
+    available = available_bytes()
+    allowance = None if available is None else MEMORY_FRACTION * available  # for all splits together
     for split in data.splits():
         if split.in_memory:
             info[split.name] = "memory (read before training)"
+            continue
+        if split.name in skip:
+            info[split.name] = "none (not needed)"
             continue
         if split.batches is not None:
             info[split.name] = "none (batched by the builder)"
             continue
         need = decoded_bytes(data.spec, split.size or 0)
-        if data_cfg.cache is True and (budget is None or need <= MEMORY_FRACTION * budget):
+        if data_cfg.cache is True and (allowance is None or need <= allowance):
             x, y = to_memory(split.reader.dataset(shuffle=False, seed=seed), f"data ({split.name}: {split.origin})",
                              data.spec, split.reader)
             splits[split.name] = split.with_arrays(x, y)
-            info[split.name] = f"memory (decoded once before training: {need / 2**20:,.1f} MiB)"
+            info[split.name] = f"memory (decoded once before training: {_size(need)})"
+            allowance = allowance - need if allowance is not None else None
         elif data_cfg.cache is True:
-            info[split.name] = (f"none: decoded it would take {need / 2**30:,.1f} GiB, over half of the "
-                                f"{budget / 2**30:,.1f} GiB available; set data.cache to a folder to cache on disk")
+            info[split.name] = (f"none: decoded it would take {_size(need)}; half of the {_size(available)} "
+                                f"available leaves {_size(allowance)} for it; set data.cache to a folder to cache "
+                                "on disk")
         elif data_cfg.cache is False:
             info[split.name] = "none (data.cache: false): read and decoded every epoch"
         else:
@@ -235,11 +246,15 @@ def materialize(data: Data, data_cfg: DataConfig, seed: Optional[int] = None) ->
         data = replace(data, **{name: splits.get(name, getattr(data, name))
                                 for name in ("train", "validation", "test")})
     if data.spec.task == "classification" and (data.spec.num_classes is None or splits):
-        data = replace(data, spec=replace(data.spec, num_classes=_classes(data)))
+        data = replace(data, spec=replace(data.spec, num_classes=_classes(data, skip)))
     return data, info
 
 
-def _classes(data: Data) -> int:
+def _size(n: float) -> str:
+    return f"{n / 2**30:,.1f} GiB" if n >= 2**30 else f"{n / 2**20:,.1f} MiB"
+
+
+def _classes(data: Data, skip: tuple[str, ...] = ()) -> int:
     """The classes, checked against every label held in memory (a builder's labels are first read here).
 
     Without ``num_classes`` in the spec: the largest label + 1.
@@ -248,7 +263,7 @@ def _classes(data: Data) -> int:
         DataError: a label outside ``[0, num_classes)``, or no ``num_classes`` for streamed labels.
     """
     held = [s for s in data.splits() if s.in_memory]
-    if data.spec.num_classes is None and len(held) < len(data.splits()):
+    if data.spec.num_classes is None and any(not s.in_memory and s.name not in skip for s in data.splits()):
         raise DataError(
             "data.num_classes: the builder's datasets have class labels and are streamed (not read into memory), "
             "so tfgpu cannot count the classes.",
