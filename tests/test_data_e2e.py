@@ -231,3 +231,25 @@ def test_a_split_too_big_for_memory_is_streamed_and_the_summary_says_why(tmp_pat
     assert "MEMORY False False" in result.stdout
     assert "CACHE none: decoded it would take 3.7 MiB; half of the" in result.stdout  # 5,000 digits of 784 bytes
     assert "BATCH (500, 28, 28, 1) float32 True" in result.stdout
+
+
+def test_readers_shard_by_file_for_several_workers(mnist_tfrecord, mnist_png):
+    # FILE sharding (several workers): worker i of n reads every n-th file, and together they read each once.
+    result = run_python(f"""
+        import numpy as np
+        from tfgpu.config import load_config
+        from tfgpu.data import LoadContext, source_for
+        for data in ({{"kind": "tfrecord", "path": {str(mnist_tfrecord)!r} + "/test-*.tfrecord", "label": "label",
+                       "features": {{"image": {{"encoding": "png"}}, "label": {{"dtype": "int64"}}}}}},
+                     {{"kind": "image_folder", "path": {str(mnist_png / 'test')!r}}}):
+            source = source_for(load_config({{"data": data}}).data)
+            source.check()
+            reader = source.load(LoadContext(global_batch_size=500, num_replicas=1)).train.reader
+            parts = [sum(1 for _ in reader.dataset(shuffle=False, seed=None, shard=(3, i))) for i in range(3)]
+            print("PARTS", data["kind"], parts, reader.size)
+    """, TF_CPP_MIN_LOG_LEVEL="3")
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = {line.split()[1]: line for line in result.stdout.splitlines() if line.startswith("PARTS")}
+    # 8 shards of 1,250 records: 3 + 3 + 2 files
+    assert "PARTS tfrecord [3750, 3750, 2500] 10000" in lines["tfrecord"]
+    assert "PARTS image_folder [3334, 3333, 3333] 10000" in lines["image_folder"]

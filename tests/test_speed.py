@@ -75,6 +75,7 @@ def test_custom_loop_traces_each_step_function_once(runs):
     assert runs["custom"][1]["traces"] == {"train": 1, "validation": 1}
 
 
+@pytest.mark.slow
 def test_benchmark_harness_writes_the_table_json_and_ratios(tmp_path):
     out = tmp_path / "bench"
     # TFGPU_DATA_DIR relative to the caller's directory, as the README writes it (../shared/data).

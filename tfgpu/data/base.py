@@ -32,6 +32,7 @@ from ..model import loss_family
 
 DATA_DIR_ENV = "TFGPU_DATA_DIR"
 
+
 @dataclass(frozen=True)
 class DataSpec:
     """What the model is built from, and what the run records about the data.
@@ -401,7 +402,3 @@ def tf_error_text(exc: BaseException) -> str:
     first = re.sub(r"\{\{function_node [^}]*\}\}\s*", "", first)
     first = re.sub(r"\s*\[Op:\w+\].*$", "", first)
     return " ".join(first.split()).rstrip(".") or type(exc).__name__
-
-
-def describe_counts(splits: Sequence[Optional[Split]]) -> str:
-    return ", ".join(f"{s.name} {s.size:,}" for s in splits if s is not None and s.size is not None)
