@@ -29,6 +29,7 @@ def train(tmp_path: Path, recipe: str, *sets: str) -> tuple[Path, dict]:
     result = run_cli("run", recipe, *sets, "--output-dir", str(tmp_path))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     run_dir = only_run_dir(tmp_path)
+    (run_dir.parent / "stdout.txt").write_text(result.stdout)
     return run_dir, summary_of(run_dir)
 
 
@@ -253,3 +254,13 @@ def test_readers_shard_by_file_for_several_workers(mnist_tfrecord, mnist_png):
     # 8 shards of 1,250 records: 3 + 3 + 2 files
     assert "PARTS tfrecord [3750, 3750, 2500] 10000" in lines["tfrecord"]
     assert "PARTS image_folder [3334, 3333, 3333] 10000" in lines["image_folder"]
+
+
+@pytest.mark.parametrize("loop", ["fit", "custom"])
+def test_a_source_without_validation_data_trains_on(tmp_path, loop):
+    run_dir, s = train(tmp_path, "recipes/breast_cancer.yaml", "--set", "data.validation_split=null",
+                       "--set", "train.epochs=3", "--set", f"train.loop={loop}")
+    assert s["data"]["validation_samples"] == 0 and s["data"]["train_samples"] == 569
+    assert "(no validation data)" in (tmp_path / "stdout.txt").read_text()
+    assert set(s["final_metrics"]) == {"loss", "accuracy"} and s["final_metrics"]["accuracy"] > 0.9
+    assert all(0 < t <= e for t, e in zip(s["train_seconds"], s["epoch_seconds"]))

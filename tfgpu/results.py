@@ -8,7 +8,9 @@ A run directory holds:
 - ``summary.json``: devices, replicas, batches, loop, epoch times,
   samples/s, final metrics and the run's status (``running``, ``completed``,
   ``failed``, ``interrupted``);
-- ``model.keras``: the trained model (``keras.Model.save``).
+- ``model.keras``: the trained model (``keras.Model.save``);
+- ``tensorboard/``: TensorBoard logs (``output.tensorboard``);
+- ``evaluation.json``: written later by ``tfgpu evaluate``.
 
 Files are replaced atomically (write, then rename), so an interrupted run
 never leaves a half-written summary, and a run never touches another run's
