@@ -240,38 +240,49 @@ def _fmt(s: Optional[dict[str, float]], digits: int) -> str:
     return f"{s['median']:.{digits}f} ({s['min']:.{digits}f}-{s['max']:.{digits}f})"
 
 
-def markdown(report: dict[str, Any]) -> str:
-    """The report as Markdown: machine, command, one table per configuration, ratios, targets, start-up."""
+def markdown_header(report: dict[str, Any], first_step: str) -> list[str]:
+    """The lines before the tables: the machine, the command, the method (``first_step`` says what it counts)."""
     m = report["machine"]
-    lines = [
+    return [
         f"Measured {m['date']} on {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, {m['gpus']} GPUs; "
         f"{m['os']}; Python {m['python']}, TensorFlow {m['tensorflow']}, Keras {m['keras']}.",
         "",
         f"Command: `{report['command']}`",
         "",
         f"{report['repeats']} repeats, {report['epochs']} epochs, seed {report['seed']}; medians with min-max in "
-        "brackets. Wall: launch to exit. First step: launch to the return of the first training call. "
+        f"brackets. Wall: launch to exit. First step: launch to the return of the first training call{first_step}. "
         "Samples/s: training only (validation excluded), median of the epochs after the first.",
     ]
+
+
+def markdown_group(group: dict[str, Any], heading: str = "###") -> list[str]:
+    """One configuration's tables: the variants, then the ratios and the targets."""
+    b, r = group["batch_size_per_replica"], group["replicas"]
+    lines = ["", f"{heading} {b} per replica x {r} replica{'s' if r > 1 else ''} (global batch {b * r})", "",
+             "| variant | wall s | first step s | samples/s | val acc | failed |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for v, s in group["variants"].items():
+        lines.append(f"| {v} | {_fmt(s['wall_seconds'], 1)} | {_fmt(s['first_step_seconds'], 2)} | "
+                     f"{_fmt(s['samples_per_second'], 0)} | {_fmt(s['val_accuracy'], 4)} | "
+                     f"{s['failed']}/{s['runs']} |")
+    params = group.get("parameters", [])
+    if len(params) > 1:
+        lines += ["", f"**The variants trained different models: parameter counts {params}.**"]
+    lines += ["", "| ratio (of medians) | value |", "| --- | --- |"]
+    lines += [f"| {k} | {'-' if v is None else f'{v:.3f}'} |" for k, v in group["ratios"].items()]
+    lines += ["", "| target | measured | met |", "| --- | --- | --- |"]
+    for t in group["targets"]:
+        value = "-" if t["measured"] is None else f"{t['measured']:.3f}"
+        met = "-" if t["met"] is None else ("yes" if t["met"] else "NO")
+        lines.append(f"| {t['target']} | {value} | {met} |")
+    return lines
+
+
+def markdown(report: dict[str, Any]) -> str:
+    """The report as Markdown: machine, command, one table per configuration, ratios, targets, start-up."""
+    lines = markdown_header(report, "")
     for group in report["groups"].values():
-        b, r = group["batch_size_per_replica"], group["replicas"]
-        lines += ["", f"### {b} per replica x {r} replica{'s' if r > 1 else ''} (global batch {b * r})", "",
-                  "| variant | wall s | first step s | samples/s | val acc | failed |",
-                  "| --- | --- | --- | --- | --- | --- |"]
-        for v, s in group["variants"].items():
-            lines.append(f"| {v} | {_fmt(s['wall_seconds'], 1)} | {_fmt(s['first_step_seconds'], 2)} | "
-                         f"{_fmt(s['samples_per_second'], 0)} | {_fmt(s['val_accuracy'], 4)} | "
-                         f"{s['failed']}/{s['runs']} |")
-        params = group.get("parameters", [])
-        if len(params) > 1:
-            lines += ["", f"**The variants trained different models: parameter counts {params}.**"]
-        lines += ["", "| ratio (of medians) | value |", "| --- | --- |"]
-        lines += [f"| {k} | {'-' if v is None else f'{v:.3f}'} |" for k, v in group["ratios"].items()]
-        lines += ["", "| target | measured | met |", "| --- | --- | --- |"]
-        for t in group["targets"]:
-            value = "-" if t["measured"] is None else f"{t['measured']:.3f}"
-            met = "-" if t["met"] is None else ("yes" if t["met"] else "NO")
-            lines.append(f"| {t['target']} | {value} | {met} |")
+        lines += markdown_group(group)
     if report.get("startup"):
         lines += ["", "### Start-up (wall seconds, fresh process each)", "", "| command | seconds |", "| --- | --- |"]
         lines += [f"| `{k}` | {_fmt(v, 3)} |" for k, v in report["startup"].items()]

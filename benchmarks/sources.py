@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from run import ROOT, _fmt, machine, spread, tfgpu_command
+from run import ROOT, machine, markdown_group, markdown_header, spread, tfgpu_command
 
 HERE = Path(__file__).resolve().parent
 VARIANTS = ("tfgpu_npz", "tfgpu_png", "tfgpu_tfrecord", "keras_png")
@@ -142,30 +142,9 @@ def summarise(rows: list[dict[str, Any]], batch: int, replicas: list[int], varia
 
 
 def markdown(report: dict[str, Any]) -> str:
-    m = report["machine"]
-    lines = [f"Measured {m['date']} on {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, {m['gpus']} GPUs; "
-             f"{m['os']}; Python {m['python']}, TensorFlow {m['tensorflow']}, Keras {m['keras']}.", "",
-             f"Command: `{report['command']}`", "",
-             f"{report['repeats']} repeats, {report['epochs']} epochs, seed {report['seed']}; medians with min-max in "
-             "brackets. Wall: launch to exit. First step: launch to the return of the first training call "
-             "(reading and decoding included). Samples/s: training only, median of the epochs after the first."]
+    lines = markdown_header(report, " (reading and decoding included)")
     for group in report["groups"].values():
-        b, r = group["batch_size_per_replica"], group["replicas"]
-        lines += ["", f"#### {b} per replica x {r} replica{'s' if r > 1 else ''} (global batch {b * r})", "",
-                  "| variant | wall s | first step s | samples/s | val acc | failed |",
-                  "| --- | --- | --- | --- | --- | --- |"]
-        for v, s in group["variants"].items():
-            lines.append(f"| {v} | {_fmt(s['wall_seconds'], 1)} | {_fmt(s['first_step_seconds'], 2)} | "
-                         f"{_fmt(s['samples_per_second'], 0)} | {_fmt(s['val_accuracy'], 4)} | "
-                         f"{s['failed']}/{s['runs']} |")
-        if len(group["parameters"]) > 1:
-            lines += ["", f"**The variants trained different models: parameter counts {group['parameters']}.**"]
-        lines += ["", "| ratio (of medians) | value |", "| --- | --- |"]
-        lines += [f"| {k} | {'-' if v is None else f'{v:.3f}'} |" for k, v in group["ratios"].items()]
-        lines += ["", "| target | measured | met |", "| --- | --- | --- |"]
-        for t in group["targets"]:
-            value = "-" if t["measured"] is None else f"{t['measured']:.3f}"
-            lines.append(f"| {t['target']} | {value} | {'-' if t['met'] is None else ('yes' if t['met'] else 'NO')} |")
+        lines += markdown_group(group, "####")
     return "\n".join(lines) + "\n"
 
 

@@ -69,6 +69,29 @@ def cli_error(result: subprocess.CompletedProcess, code: int, fragments: list[st
     return paragraph
 
 
+def case_script(setup: str, body: str) -> str:
+    """A script that runs ``body`` for each case (``case``, from a JSON argument) and prints ``CASE {id: outcome}``.
+
+    The outcome is ``{"cls": None}``, a tfgpu error's class, code, message and hint, or any other
+    exception's traceback (``"raw ..."``: a test failure).
+    """
+    indented = "\n".join("        " + line for line in body.strip().splitlines())
+    return f"""import json, sys, traceback
+from tfgpu.errors import TfgpuError
+{setup.strip()}
+
+for case_id, case in json.loads(sys.argv[1]).items():
+    try:
+{indented}
+        out = {{"cls": None}}
+    except TfgpuError as exc:
+        out = {{"cls": type(exc).__name__, "code": exc.exit_code, "message": exc.message, "hint": exc.hint}}
+    except BaseException as exc:
+        out = {{"cls": "raw " + type(exc).__name__, "message": traceback.format_exc()}}
+    print("CASE", json.dumps({{case_id: out}}), flush=True)
+"""
+
+
 def run_cases(script: str, cases: dict, env: dict) -> dict:
     """Run every case in one subprocess (TensorFlow imported once); each prints ``CASE {id: outcome}``."""
     result = subprocess.run([sys.executable, "-c", script, json.dumps(cases)], capture_output=True, text=True,
@@ -779,26 +802,15 @@ TF_DATA_CASES = [
                  ["cannot import module 'no_such_module_tfgpu'"], id="builder-module-missing"),
 ]
 
-DATA_SCRIPT = """
-import json, sys
+DATA_SCRIPT = case_script("""
 from tfgpu.config import load_config
 from tfgpu.data import LoadContext, prepare, source_for
-from tfgpu.errors import TfgpuError
-
-for case_id, data in json.loads(sys.argv[1]).items():
-    try:
-        cfg = load_config({"data": data})
-        source = source_for(cfg.data, cfg.model.loss)
-        source.check()
-        prepare(source, cfg.data, LoadContext(global_batch_size=32, num_replicas=1))
-        out = {"cls": None}
-    except TfgpuError as exc:
-        out = {"cls": type(exc).__name__, "code": exc.exit_code, "message": exc.message, "hint": exc.hint}
-    except BaseException as exc:
-        import traceback
-        out = {"cls": "raw " + type(exc).__name__, "message": traceback.format_exc()}
-    print("CASE", json.dumps({case_id: out}), flush=True)
-"""
+""", """
+cfg = load_config({"data": case})
+source = source_for(cfg.data, cfg.model.loss)
+source.check()
+prepare(source, cfg.data, LoadContext(global_batch_size=32, num_replicas=1))
+""")
 
 
 @pytest.fixture(scope="module")
@@ -896,28 +908,19 @@ def cifar_shaped(**kwargs):
     return keras.Sequential([keras.Input(shape=(32, 32, 3)), keras.layers.Flatten(), keras.layers.Dense(10)])
 '''
 
-MODEL_SCRIPT = '''
-import json, sys, traceback
+MODEL_SCRIPT = case_script("""
 import numpy as np, yaml
 from tfgpu.config import load_config
-from tfgpu.errors import TfgpuError
 from tfgpu.model import build_model, check_fits, make_optimizer, target_of
 
 x = np.zeros((2, 28, 28, 1), np.float32)
 y = np.array([3, 4], np.uint8)
-for case_id, text in json.loads(sys.argv[1]).items():
-    try:
-        cfg = load_config({"model": yaml.safe_load(text)})
-        model = build_model(cfg.model, (28, 28, 1), target_of("classification", 10, 10, cfg.model.loss))
-        make_optimizer(cfg.model.optimizer)
-        check_fits(model, cfg.model.loss, cfg.model.metrics, x, y)
-        out = {"cls": None}
-    except TfgpuError as exc:
-        out = {"cls": type(exc).__name__, "code": exc.exit_code, "message": exc.message, "hint": exc.hint}
-    except BaseException as exc:
-        out = {"cls": "raw " + type(exc).__name__, "message": traceback.format_exc()}
-    print("CASE", json.dumps({case_id: out}), flush=True)
-'''
+""", """
+cfg = load_config({"model": yaml.safe_load(case)})
+model = build_model(cfg.model, (28, 28, 1), target_of("classification", 10, 10, cfg.model.loss))
+make_optimizer(cfg.model.optimizer)
+check_fits(model, cfg.model.loss, cfg.model.metrics, x, y)
+""")
 
 
 @pytest.fixture(scope="module")
