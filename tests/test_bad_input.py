@@ -917,7 +917,7 @@ x = np.zeros((2, 28, 28, 1), np.float32)
 y = np.array([3, 4], np.uint8)
 """, """
 cfg = load_config({"model": yaml.safe_load(case)})
-model = build_model(cfg.model, (28, 28, 1), target_of("classification", 10, 10, cfg.model.loss))
+model = build_model(cfg.model, (28, 28, 1), target_of("classification", 10, (), cfg.model.loss))
 make_optimizer(cfg.model.optimizer)
 check_fits(model, cfg.model.loss, cfg.model.metrics, x, y)
 """)

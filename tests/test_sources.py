@@ -14,10 +14,11 @@ import pytest
 from PIL import Image
 
 from tfgpu.config import load_config
-from tfgpu.data import LoadContext, output_units, source_for
+from tfgpu.data import LoadContext, source_for
 from tfgpu.data.base import holdout
 from tfgpu.data.pipeline import choose_sharding, decoded_bytes, transform_numpy
 from tfgpu.errors import DataError
+from tfgpu.model import target_of
 
 from .conftest import data_dir, run_python
 
@@ -136,7 +137,7 @@ def test_arrays_npz_with_renamed_keys_any_shape_and_float_targets(tmp_path):
     assert data.spec.input_shape == (4, 3) and data.spec.x_dtype == "float32" and data.spec.rescale is None
     assert data.train.x.dtype == np.float32 and data.train.y.dtype == np.float32
     assert data.validation_is_test and data.validation.size == 10
-    assert output_units(data.spec.task, None, data.spec.target_shape, "mse") == 1
+    assert target_of(data.spec.task, None, data.spec.target_shape, "mse").units == 1
 
 
 def test_arrays_folder_of_npy_files_with_validation_arrays(tmp_path):
@@ -204,7 +205,8 @@ def test_breast_cancer_csv(tmp_path):
     assert (data.train.size, data.validation.size) == (455, 114)
     assert data.spec.details["features"][:2] == ["mean_radius", "mean_texture"]
     assert sorted(np.unique(data.train.y)) == [0, 1] and data.train.x.dtype == np.float32
-    assert output_units("classification", 2, (), "binary_crossentropy") == 1
+    assert target_of("classification", 2, (), "binary_crossentropy").units == 1
+    assert target_of("classification", 2, (), "sparse_categorical_crossentropy").units == 2
 
 
 def test_csv_chosen_features_in_order_and_a_test_file(tmp_path):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import math
 import re
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -278,17 +279,25 @@ class Target:
     layer: str
 
 
-def target_of(task: str, num_classes: Optional[int], units: int, loss: Any) -> Target:
-    """The :class:`Target` for a task (``classification``/``regression``), its classes and output units."""
+def target_of(task: str, num_classes: Optional[int], target_shape: tuple[int, ...], loss: Any) -> Target:
+    """What the model must output for the labels and ``model.loss``.
+
+    Classification: ``num_classes`` values per sample, or 1 with a binary loss
+    (``binary_crossentropy``, ...) on two classes; regression: the target's
+    size (1 for a scalar).
+    """
     if task == "regression":
+        units = int(math.prod(target_shape)) if target_shape else 1
         plural = "s" if units != 1 else ""
         return Target(units, units, f"the targets have {units} value{plural} per sample",
                       f"Dense: {{units: {units}}} (no activation)")
-    if units == 1:
-        return Target(1, int(num_classes or 2),
+    classes = int(num_classes or 2)
+    if loss_family(loss) == "binary" and classes == 2:
+        return Target(1, classes,
                       f"the data has 2 classes and the loss '{_split_spec(loss)[0]}' takes one "
                       "probability per sample", "Dense: {units: 1, activation: sigmoid}")
-    return Target(units, units, f"the data has {units} classes", f"Dense: {{units: {units}, activation: softmax}}")
+    return Target(classes, classes, f"the data has {classes} classes",
+                  f"Dense: {{units: {classes}, activation: softmax}}")
 
 
 def build_model(cfg: ModelConfig, input_shape: tuple[int, ...], target: Target,

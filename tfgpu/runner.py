@@ -21,7 +21,7 @@ from typing import Any, Optional, Sequence
 # None of these imports TensorFlow; each module imports it inside the function that needs it.
 from . import __version__
 from .config import Config, load_config
-from .data import LoadContext, output_units, prepare, source_for
+from .data import LoadContext, prepare, source_for
 from .data.pipeline import normalization_stats, sample_batch
 from .errors import ConfigError, Interrupted, TfgpuError, TrainingError
 from .loops import epoch_stats_callback, progress_mode
@@ -175,8 +175,7 @@ def _build(cfg: Config, info: Any, data: Any, steps_per_epoch: int) -> _Built:
     import keras  # noqa: PLC0415
 
     spec, plan = data.spec, info.plan
-    target = target_of(spec.task, spec.num_classes,
-                       output_units(spec.task, spec.num_classes, spec.target_shape, cfg.model.loss), cfg.model.loss)
+    target = target_of(spec.task, spec.num_classes, spec.target_shape, cfg.model.loss)
     normalization = normalization_stats(data) if cfg.data.normalize else None
     per_call = resolve_steps_per_execution(cfg.train.steps_per_execution, steps_per_epoch)
     with info.strategy.scope():

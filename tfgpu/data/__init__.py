@@ -18,7 +18,7 @@ from typing import Any, Optional
 
 from ..config import DataConfig
 from .arrays import ArraysSource
-from .base import DATA_DIR_ENV, Data, DataSpec, LoadContext, Source, Split, output_units
+from .base import DATA_DIR_ENV, Data, DataSpec, LoadContext, Source, Split
 from .builder import BuilderSource
 from .csv import CsvSource
 from .image_folder import ImageFolderSource
@@ -38,8 +38,8 @@ SOURCES: dict[str, type[Source]] = {
     "tfds": TfdsSource,
 }
 
-__all__ = ["DATA_DIR_ENV", "Data", "DataSpec", "LoadContext", "SOURCES", "Source", "Split", "output_units",
-           "prepare", "source_for"]
+__all__ = ["DATA_DIR_ENV", "Data", "DataSpec", "LoadContext", "SOURCES", "Source", "Split", "prepare",
+           "source_for"]
 
 
 def source_for(cfg: DataConfig, loss: Any = "sparse_categorical_crossentropy",

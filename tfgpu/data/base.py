@@ -17,7 +17,6 @@ pipelines the loops read, the same fast path for every source.
 
 from __future__ import annotations
 
-import math
 import os
 import re
 from dataclasses import dataclass, field, replace
@@ -368,19 +367,6 @@ def check_finite(x: np.ndarray, where: str) -> None:
         if bad.any():
             raise DataError(f"{where}: sample {int(np.argmax(bad))} holds NaN or infinite values.",
                             "fill or drop the missing values before training.")
-
-
-def output_units(task: str, num_classes: Optional[int], target_shape: tuple[int, ...], loss: Any) -> int:
-    """How many values the model's output must have per sample.
-
-    Classification: ``num_classes`` (1 with a binary loss and two classes);
-    regression: the target's size (1 for a scalar).
-    """
-    if task == "regression":
-        return int(math.prod(target_shape)) if target_shape else 1
-    if loss_family(loss) == "binary" and num_classes == 2:
-        return 1
-    return int(num_classes or 1)
 
 
 def rescale_for(cfg: DataConfig, x_dtype: str) -> Optional[float]:

@@ -46,6 +46,11 @@ CIFAR_DIRS = {"cifar10": "cifar-10-batches-py", "cifar100": "cifar-100-python"}
 _KERAS_LAYOUT = {role: role for role in IDX_FILES}
 
 
+def classes_of(name: str, label_mode: str = "fine") -> int:
+    """Classes of a built-in: 10, or CIFAR-100's 100 fine / 20 coarse."""
+    return 20 if (name == "cifar100" and label_mode == "coarse") else CLASSES[name]
+
+
 def read_idx(path: Path, expected_magic: int) -> np.ndarray:
     """Read one IDX file (optionally gzip-compressed) into a uint8 array.
 
@@ -282,7 +287,7 @@ def load_keras_dataset(name: str = "mnist", path: Optional[str] = None,
 
     Environment: ``TFGPU_DATA_DIR``: a folder with one sub-folder per dataset.
     """
-    classes = 20 if (name == "cifar100" and label_mode == "coarse") else CLASSES[name]
+    classes = classes_of(name, label_mode)
     if path is not None:
         p = resolve_path(path, "path")
         if not p.exists():
@@ -335,6 +340,6 @@ class KerasSource(Source):
     def load(self, context: LoadContext) -> Data:
         name = self.cfg.dataset_name
         arrays, source = self.loaded or load_keras_dataset(name, self.cfg.path, self.cfg.label_mode)
-        classes = 20 if (name == "cifar100" and self.cfg.label_mode == "coarse") else CLASSES[name]
+        classes = classes_of(name, self.cfg.label_mode)
         return arrange(self, arrays, f"{name} from {source}", source, num_classes=classes,
                        details={"dataset": name})
