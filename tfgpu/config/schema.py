@@ -350,7 +350,7 @@ class DataConfig(_Section):
             file path: ``tf.data.Dataset.cache(path)`` on disk.
     """
 
-    kind: Literal["mnist", "keras", "arrays", "image_folder", "csv", "tfrecord", "builder", "tfds"] = "mnist"
+    kind: Literal[DATA_KINDS] = "mnist"
     name: Optional[str] = None
     path: Optional[str] = None
     validation_path: Optional[str] = None
@@ -359,8 +359,7 @@ class DataConfig(_Section):
     seed: Optional[int] = Field(None, ge=0, le=2**32 - 1)
     image_size: Optional[list[int]] = None
     color_mode: Optional[Literal["grayscale", "rgb", "rgba"]] = None
-    interpolation: Literal["bilinear", "nearest", "bicubic", "area", "lanczos3", "lanczos5", "gaussian",
-                           "mitchellcubic"] = "bilinear"
+    interpolation: Literal[INTERPOLATIONS] = "bilinear"
     keys: dict[str, str] = Field(default_factory=dict)
     label: Optional[str] = None
     features: Optional[Annotated[
