@@ -3,10 +3,8 @@
 Use::
 
     source = source_for(cfg.data, cfg.model.loss, cfg.tensorflow.seed)
-    source.check()                 # local files, before TensorFlow starts: DataError (exit 5)
-    data = source.load(context)    # after tfgpu.setup(): Data (splits + DataSpec)
-    data, cache = pipeline.materialize(data, cfg.data)
-    pipes = pipeline.build_pipelines(data, cfg.data, global_batch)
+    source.check()                                    # local files, before TensorFlow starts: DataError (exit 5)
+    data, pipes = prepare(source, cfg.data, context)  # after tfgpu.setup(): source.load, decoding, pipelines
 
 ``docs/data.md`` documents every kind and key. Importing this package does not
 import TensorFlow.
