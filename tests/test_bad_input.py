@@ -195,8 +195,9 @@ FILE_CASES = [
     pytest.param("data:\n  shuffle_buffer: 0\n", ["'data.shuffle_buffer'", "greater than or equal to 1"],
                  id="zero-shuffle-buffer"),
     # unknown choices
-    pytest.param("distribute:\n  strategy: multi_worker_mirrored\n",
-                 ["'distribute.strategy'", "'auto', 'mirrored', 'one_device' or 'default'", "'multi_worker_mirrored'"],
+    pytest.param("distribute:\n  strategy: parameter_server\n",
+                 ["'distribute.strategy'", "'auto', 'mirrored', 'one_device', 'multi_worker_mirrored' or 'default'",
+                  "'parameter_server'"],
                  id="unknown-strategy"),
     pytest.param("distribute:\n  cross_device_ops: ring\n",
                  ["'distribute.cross_device_ops'", "'auto', 'nccl', 'hierarchical_copy' or 'reduce_to_one_device'",

@@ -92,7 +92,7 @@ def test_resolved_config_round_trips_through_yaml(tmp_path):
         ("devices:\n  memory_limit_mib: 1024\n  memory_fraction: 0.5\n", ["both set"]),
         ("devices:\n  gpu_logical_devices: 2\n", ["needs a memory size to split"]),
         ("distribute:\n  cross_device_ops: off\n", ["'distribute.cross_device_ops'", "Received: False (bool)", "YAML reads a bare yes/no/on/off"]),
-        ("distribute:\n  strategy: horovod\n", ["'distribute.strategy'", "'auto', 'mirrored', 'one_device' or 'default'"]),
+        ("distribute:\n  strategy: horovod\n", ["'distribute.strategy'", "'mirrored', 'one_device', 'multi_worker_mirrored' or 'default'"]),
         ("distribute:\n  devices: [/tpu:0]\n", ["'/tpu:0' is not a device name"]),
         ("train:\n  loop: keras\n", ["'train.loop'", "'fit' or 'custom'"]),
         ("model:\n  layers: [{Dense: 3}]\n", ["layer 0", "'ClassName: {arguments}'"]),

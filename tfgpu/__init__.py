@@ -9,7 +9,6 @@ Importing this package does not import TensorFlow. Public API:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 import os
 from typing import Any, Optional, Union
 
@@ -43,7 +42,6 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
 class Setup:
     """What :func:`setup` applied.
 
@@ -54,23 +52,63 @@ class Setup:
             ``("/physical_device:CPU:0", "/physical_device:GPU:0")``.
         logical_devices: logical devices, e.g. ``("/device:CPU:0", "/device:CPU:1")``.
         strategy: the ``tf.distribute.Strategy`` to build models under.
-        num_replicas: ``strategy.num_replicas_in_sync``.
+        num_replicas: ``strategy.num_replicas_in_sync`` (over all workers).
         global_batch_size: per-replica batch x replicas (samples per step).
+        cluster: the multi-worker :class:`~tfgpu.cluster.Cluster`, or ``None``.
+        is_chief: whether this process writes outputs (``True`` on one machine).
+
+    ``tfgpu launch`` applies a configuration without starting TensorFlow's
+    context (the script may build its own strategy): there, ``strategy`` and
+    ``logical_devices`` are made when first read.
     """
 
-    config: Config
-    plan: Any
-    physical_devices: tuple[str, ...]
-    logical_devices: tuple[str, ...]
-    strategy: Any
-    num_replicas: int
-    global_batch_size: int
+    def __init__(self, config: Config, plan: Any, physical_devices: tuple[str, ...],
+                 logical_devices: Optional[tuple[str, ...]] = None, strategy: Any = None) -> None:
+        self.config = config
+        self.plan = plan
+        self.physical_devices = physical_devices
+        self._logical_devices = logical_devices
+        self._strategy = strategy
+
+    @property
+    def strategy(self) -> Any:
+        if self._strategy is None:
+            from .apply import start_strategy  # noqa: PLC0415
+
+            self._strategy = start_strategy(self.plan)
+        return self._strategy
+
+    @property
+    def logical_devices(self) -> tuple[str, ...]:
+        if self._logical_devices is None:
+            from .apply import logical_devices  # noqa: PLC0415
+
+            self.strategy  # noqa: B018 - a MultiWorkerMirroredStrategy must exist before the context starts
+            self._logical_devices = logical_devices()
+        return self._logical_devices
+
+    @property
+    def num_replicas(self) -> int:
+        return int(self.strategy.num_replicas_in_sync)
+
+    @property
+    def global_batch_size(self) -> int:
+        return self.plan.batch_size_per_replica * self.num_replicas
+
+    @property
+    def cluster(self) -> Any:
+        return self.plan.cluster
+
+    @property
+    def is_chief(self) -> bool:
+        return self.plan.cluster is None or self.plan.cluster.is_chief
 
     def __str__(self) -> str:
         s = self.plan.strategy
+        workers = f" on {self.plan.num_workers} workers" if self.plan.cluster else ""
         return (
             f"tfgpu: {len(self.plan.gpus)} GPU(s); logical devices: {', '.join(self.logical_devices)}; "
-            f"strategy: {type(self.strategy).__name__} ({', '.join(s.devices) or 'default device'}); "
+            f"strategy: {type(self.strategy).__name__} ({', '.join(s.devices) or 'default device'}){workers}; "
             f"replicas: {self.num_replicas}; global batch: {self.plan.batch_size_per_replica} x "
             f"{self.num_replicas} = {self.global_batch_size}"
         )
@@ -99,36 +137,34 @@ def setup(config: Union[str, "os.PathLike[str]", dict, Config, None] = None, **s
     Returns:
         :class:`Setup`: physical and logical devices, the strategy, replicas.
         Calling ``setup`` again with the same resolved configuration returns
-        the same object and changes nothing.
+        the same object and changes nothing (so a script run by
+        ``tfgpu launch`` may call it too).
 
     Raises:
-        ConfigError: the configuration is invalid.
+        ConfigError: the configuration is invalid (or ``TF_CONFIG`` / the
+            Slurm environment, for ``multi_worker_mirrored``).
         DeviceError: a device request this machine cannot satisfy.
         AlreadyInitializedError: TensorFlow already initialised its devices and
             a requested setting differs from what is in force (each is named).
 
     Environment: ``TFGPU_CONFIG`` (config path when none is given);
-    ``CUDA_VISIBLE_DEVICES`` (respected: indices count the GPUs it lets through).
+    ``CUDA_VISIBLE_DEVICES`` (respected: indices count the GPUs it lets through);
+    ``TF_CONFIG`` and ``SLURM_*`` (the cluster, for ``multi_worker_mirrored``).
     """
+    return _setup(config, start=True, **sections)
+
+
+def _setup(config: Any = None, start: bool = True, **sections: Any) -> Setup:
+    """:func:`setup`; ``start=False`` leaves TensorFlow's context unstarted (``tfgpu launch``'s bootstrap)."""
     global _applied
     from .apply import apply_config  # noqa: PLC0415
     from .probe import probe  # noqa: PLC0415
-    from .strategy import build_strategy  # noqa: PLC0415
 
     cfg = load_config(config, **sections)
     if _applied is not None and _applied[0] == cfg:
         return _applied[1]
-    plan, applied = apply_config(cfg, probe())
-    strategy = build_strategy(plan.strategy)
-    result = Setup(
-        config=cfg,
-        plan=plan,
-        physical_devices=applied.physical_devices,
-        logical_devices=applied.logical_devices,
-        strategy=strategy,
-        num_replicas=int(strategy.num_replicas_in_sync),
-        global_batch_size=plan.batch_size_per_replica * int(strategy.num_replicas_in_sync),
-    )
+    plan, applied = apply_config(cfg, probe(), start=start)
+    result = Setup(cfg, plan, applied.physical_devices, applied.logical_devices, applied.strategy)
     _applied = (cfg, result)
     return result
 

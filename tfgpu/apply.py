@@ -31,12 +31,17 @@ class Applied:
         logical_devices: e.g. ``("/device:CPU:0", "/device:CPU:1")``.
         env: the environment variables that were set.
         tf_was_imported: TensorFlow had been imported before tfgpu applied the plan.
+        strategy: the plan's ``tf.distribute`` strategy.
+
+    ``logical_devices`` and ``strategy`` are ``None`` when the plan was
+    applied with ``start=False`` (TensorFlow's context not started).
     """
 
     physical_devices: tuple[str, ...]
-    logical_devices: tuple[str, ...]
+    logical_devices: Optional[tuple[str, ...]]
     env: dict[str, str]
     tf_was_imported: bool
+    strategy: Any = None
 
 
 def set_environment(env: dict[str, str]) -> dict[str, Optional[str]]:
@@ -138,7 +143,7 @@ def _tensorflow_gpus(tf: Any) -> tuple[GpuInfo, ...]:
     return tuple(gpus)
 
 
-def apply_config(config: Any, machine: Probe) -> tuple[Plan, Applied]:
+def apply_config(config: Any, machine: Probe, start: bool = True) -> tuple[Plan, Applied]:
     """Plan ``config`` for ``machine``, reconcile with the GPUs TensorFlow lists, and apply.
 
     NVML and TensorFlow can disagree: NVML lists GPUs that a CPU-only
@@ -175,16 +180,24 @@ def apply_config(config: Any, machine: Probe) -> tuple[Plan, Applied]:
             plan = dataclasses.replace(plan, warnings=plan.warnings + (
                 f"NVML could not be read ({machine.nvml_error}) but TensorFlow sees {len(seen)} GPU(s); planned "
                 "for those, without their memory totals",))
-    return plan, apply_plan(plan, tf_was_imported)
+    return plan, apply_plan(plan, tf_was_imported, start)
 
 
-def apply_plan(plan: Plan, tf_was_imported: Optional[bool] = None) -> Applied:
-    """Set the environment, import TensorFlow and make the plan's calls.
+def apply_plan(plan: Plan, tf_was_imported: Optional[bool] = None, start: bool = True) -> Applied:
+    """Set the environment, import TensorFlow, make the plan's calls, build the strategy.
+
+    Order: environment, ``tf.config`` calls (before devices initialise), the
+    strategy (a MultiWorkerMirroredStrategy configures collective ops, which
+    must precede the context's start), then the logical devices are listed
+    (which starts the context).
 
     Args:
         plan: from :func:`tfgpu.plan.make_plan`.
         tf_was_imported: whether TensorFlow was imported before tfgpu began
             (default: whether it is imported now).
+        start: build the strategy and list the logical devices; ``False``
+            leaves TensorFlow's context unstarted (``tfgpu launch``'s
+            bootstrap: the script may build its own strategy).
 
     Returns:
         :class:`Applied`: the physical and logical devices TensorFlow reports.
@@ -223,6 +236,41 @@ def apply_plan(plan: Plan, tf_was_imported: Optional[bool] = None) -> Applied:
             "building a model or listing logical devices), or run in a fresh process (restart the "
             "notebook kernel).",
         )
-    logical = tuple(d.name for d in tf.config.list_logical_devices())
     physical = tuple(d.name for d in tf.config.list_physical_devices())
-    return Applied(physical, logical, dict(plan.env), tf_was_imported)
+    if not start:
+        return Applied(physical, None, dict(plan.env), tf_was_imported)
+    strategy = start_strategy(plan)
+    return Applied(physical, logical_devices(), dict(plan.env), tf_was_imported, strategy)
+
+
+def logical_devices() -> tuple[str, ...]:
+    """TensorFlow's logical devices (starts its context): e.g. ``("/device:CPU:0", "/device:CPU:1")``."""
+    tf = import_tensorflow()
+    return tuple(d.name for d in tf.config.list_logical_devices())
+
+
+def start_strategy(plan: Plan) -> Any:
+    """Build the plan's strategy (:func:`tfgpu.strategy.build_strategy`); for multi-worker, install the Keras fixes.
+
+    Raises:
+        AlreadyInitializedError: a MultiWorkerMirroredStrategy was asked for
+            after TensorFlow's context started (collective ops can no longer
+            be configured).
+    """
+    from .strategy import build_strategy  # noqa: PLC0415
+
+    if plan.strategy.kind != "multi_worker_mirrored":
+        return build_strategy(plan.strategy)
+    from . import keras_fixes  # noqa: PLC0415
+
+    keras_fixes.install()
+    try:
+        return build_strategy(plan.strategy)
+    except (RuntimeError, ValueError) as exc:
+        if "ollective" not in str(exc):
+            raise
+        raise AlreadyInitializedError(
+            f"distribute.strategy: multi_worker_mirrored cannot start: TensorFlow's context was started before "
+            f"tfgpu.setup() ran, and collective ops must be configured first ({exc}).",
+            "call tfgpu.setup() before any other TensorFlow code, or run in a fresh process.",
+        ) from None

@@ -74,16 +74,64 @@ def main() -> None:
     """
 
 
+_workers_option = click.option(
+    "--workers", type=click.IntRange(1, 64), default=1, show_default=True,
+    help="Start N local worker processes on 127.0.0.1 (MultiWorkerMirroredStrategy), each with its TF_CONFIG.")
+
+
 @main.command(context_settings=CONTEXT)
 @click.argument("recipe", type=click.Path())
 @_set_option
 @click.option("--output-dir", metavar="DIR", help="Parent of the run directory (overrides output.dir).")
+@_workers_option
 @handle_errors
-def run(recipe: str, overrides: tuple[str, ...], output_dir: str | None) -> None:
-    """Train RECIPE's model under its tf.distribute strategy and write a run directory."""
-    from .runner import run as run_recipe  # noqa: PLC0415
+def run(recipe: str, overrides: tuple[str, ...], output_dir: str | None, workers: int) -> None:
+    """Train RECIPE's model under its tf.distribute strategy and write a run directory.
 
-    run_recipe(recipe, overrides, output_dir)
+    With --workers N (N > 1), N local workers train together under
+    MultiWorkerMirroredStrategy; the chief writes the run directory and each
+    worker's output is kept in RUN_DIR/workers/. On a cluster (TF_CONFIG,
+    Slurm, distribute.cluster), run it once per worker without --workers.
+    """
+    from .runner import run as run_recipe, run_workers  # noqa: PLC0415
+
+    if workers > 1:
+        run_workers(recipe, overrides, output_dir, workers)
+    else:
+        run_recipe(recipe, overrides, output_dir)
+
+
+@main.command(context_settings={**CONTEXT, "ignore_unknown_options": True, "allow_interspersed_args": False})
+@_set_option
+@_workers_option
+@click.option("--log-dir", metavar="DIR", help="Where each worker's log goes with --workers N "
+              "(default: tfgpu-logs/launch-<time>).")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+@handle_errors
+def launch(overrides: tuple[str, ...], workers: int, log_dir: str | None, command: tuple[str, ...]) -> None:
+    """Run an unmodified script with the config applied: tfgpu launch [RECIPE] [OPTIONS] -- SCRIPT [ARGS].
+
+    \b
+    tfgpu launch recipes/gpu.yaml -- train.py --epochs 3
+    tfgpu launch --set devices.cpu_logical_devices=2 -- -m mypackage.train
+    tfgpu launch recipes/gpu.yaml --workers 2 -- train_mwms.py
+
+    RECIPE is a .yaml/.yml file (optional; else TFGPU_CONFIG, else the
+    defaults). Settings TensorFlow reads from the environment travel that
+    way; the rest are applied by tfgpu.setup() in the script's process before
+    the script runs as __main__ ('tfgpu plan --launch' shows which). The exit
+    code is the script's. With --workers N, N copies run as the workers of a
+    MultiWorkerMirroredStrategy on 127.0.0.1 (TF_CONFIG set for each).
+    """
+    from .launch import launch as run_launch  # noqa: PLC0415
+
+    args = list(command)
+    recipe = None
+    if args and args[0].lower().endswith((".yaml", ".yml")):
+        recipe = args.pop(0)
+    if args and args[0] == "--":
+        args.pop(0)
+    sys.exit(run_launch(recipe, overrides, workers, args, log_dir))
 
 
 @main.command(context_settings=CONTEXT)
@@ -116,8 +164,12 @@ _machine_option = click.option(
 @_set_option
 @_machine_option
 @click.option("--json", "as_json", is_flag=True, help="Print the config and the plan as JSON.")
+@click.option("--launch", "for_launch", is_flag=True,
+              help="Also show how 'tfgpu launch' passes each setting: by environment or by its bootstrap.")
+@_workers_option
 @handle_errors
-def plan(recipe: str | None, overrides: tuple[str, ...], machine: str | None, as_json: bool) -> None:
+def plan(recipe: str | None, overrides: tuple[str, ...], machine: str | None, as_json: bool, for_launch: bool,
+         workers: int) -> None:
     """Show what `run` / tfgpu.setup() would apply for RECIPE, without importing TensorFlow.
 
     Prints the resolved config's effect: environment variables, tf.config calls in
@@ -130,16 +182,39 @@ def plan(recipe: str | None, overrides: tuple[str, ...], machine: str | None, as
 
     cfg = load_config(recipe, overrides=overrides)
     machine_probe = load_facts(machine).machine if machine else probe()
+    if workers > 1:
+        import dataclasses  # noqa: PLC0415
+
+        from .cluster import local_cluster, tf_config  # noqa: PLC0415
+        from .runner import multi_worker_overrides  # noqa: PLC0415
+
+        cfg = load_config(recipe, overrides=[*overrides, *multi_worker_overrides(cfg, workers)])
+        example = local_cluster([12345 + i for i in range(workers)], 0)
+        machine_probe = dataclasses.replace(machine_probe, env={**machine_probe.env, "TF_CONFIG": tf_config(example)})
     result = make_plan(cfg, machine_probe)
+    settings = None
+    if for_launch:
+        from .launch import launch_settings  # noqa: PLC0415
+
+        settings = launch_settings(result, workers)
     if as_json:
-        click.echo(json.dumps({"config": cfg.to_dict(), "machine": machine_probe.to_dict(), "plan": result.to_dict()},
-                              indent=2, default=str))
+        data = {"config": cfg.to_dict(), "machine": machine_probe.to_dict(), "plan": result.to_dict()}
+        if settings is not None:
+            data["launch"] = [{"key": r.key, "how": r.how, "what": r.what} for r in settings]
+        click.echo(json.dumps(data, indent=2, default=str))
         return
     if machine:
         click.echo(f"Machine: {machine}")
     elif machine_probe.nvml_error:
         click.echo(f"NVML: {machine_probe.nvml_error} (planning for the CPU; 'tfgpu doctor' explains)")
     click.echo(result.describe())
+    if workers > 1:
+        click.echo(f"(--workers {workers}: each worker gets its own TF_CONFIG with a free port; the ports above "
+                   "are examples, and this is worker 0's plan)")
+    if settings is not None:
+        from .launch import describe_settings  # noqa: PLC0415
+
+        click.echo(describe_settings(settings))
 
 
 @main.command(context_settings=CONTEXT)

@@ -20,6 +20,8 @@ Exit codes (also in the README):
 7     :class:`TrainingError`: the model or the training failed
 8     :class:`OutputError`: the run directory cannot be written
 9     ``tfgpu doctor`` found at least one error (``--strict``: or a warning)
+10    :class:`WorkerError`: a worker process crashed or was killed (a worker
+      that failed with one of the codes above passes its own code on)
 130   :class:`Interrupted`: Ctrl-C; the run directory is kept
 ====  =====================================================================
 """
@@ -96,3 +98,18 @@ class Interrupted(TfgpuError):
 
     exit_code = 130
     kind = "interrupted"
+
+
+class WorkerError(TfgpuError):
+    """A worker of a multi-worker run or launch failed; the others were stopped.
+
+    ``exit_code`` is the worker's own when it is one of tfgpu's (3-8), else 10
+    (killed by a signal, or a crash).
+    """
+
+    exit_code = 10
+    kind = "worker failed"
+
+    def __init__(self, message: str, hint: str = "", exit_code: int = 10) -> None:
+        super().__init__(message, hint)
+        self.exit_code = exit_code

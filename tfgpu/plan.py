@@ -20,6 +20,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
+from .cluster import Cluster, expand_tasks_per_node, resolve_cluster
 from .config import Config, normalise_device
 from .errors import ConfigError, DeviceError
 from .probe import GpuInfo, Probe
@@ -63,15 +64,20 @@ class StrategyPlan:
     """Which ``tf.distribute`` strategy to build.
 
     Attributes:
-        kind: ``"mirrored"``, ``"one_device"`` or ``"default"``.
-        devices: logical device names, e.g. ``("/gpu:0", "/gpu:1")``.
+        kind: ``"mirrored"``, ``"one_device"``, ``"multi_worker_mirrored"`` or ``"default"``.
+        devices: logical device names, e.g. ``("/gpu:0", "/gpu:1")`` (this
+            worker's, for ``multi_worker_mirrored``).
         cross_device_ops: ``"nccl"``, ``"hierarchical_copy"``,
-            ``"reduce_to_one_device"``, or ``None`` (a single device).
+            ``"reduce_to_one_device"``, or ``None`` (a single device); for
+            ``multi_worker_mirrored`` the collective implementation:
+            ``"auto"``, ``"ring"`` or ``"nccl"``.
+        cluster: the workers (``multi_worker_mirrored`` only), else ``None``.
     """
 
     kind: str
     devices: tuple[str, ...]
     cross_device_ops: Optional[str]
+    cluster: Optional[Cluster] = None
 
 
 @dataclass(frozen=True)
@@ -84,7 +90,7 @@ class Plan:
         gpus: the physical GPUs TensorFlow will see, numbered as it will number them.
         logical_devices: the logical devices the strategy can use.
         strategy: the strategy to build.
-        num_replicas: replicas in sync (the strategy's device count).
+        num_replicas: replicas in sync over all workers (devices per worker x workers).
         batch_size_per_replica: samples per replica per step.
         global_batch_size: ``batch_size_per_replica * num_replicas`` samples per step.
         lr_scaling: ``"none"``, ``"linear"`` or ``"sqrt"``.
@@ -111,10 +117,22 @@ class Plan:
     mixed_precision: str
     warnings: tuple[str, ...] = field(default=())
 
+    @property
+    def cluster(self) -> Optional[Cluster]:
+        """The multi-worker cluster, or ``None`` on one machine."""
+        return self.strategy.cluster
+
+    @property
+    def num_workers(self) -> int:
+        """Worker processes that train together (1 without a cluster)."""
+        return self.cluster.num_workers if self.cluster else 1
+
     def to_dict(self) -> dict[str, Any]:
         """The plan as JSON-ready data (``tf_calls`` also as text)."""
         data = asdict(self)
         data["tf_calls_text"] = [str(c) for c in self.tf_calls]
+        if self.cluster:
+            data["strategy"]["cluster"] = self.cluster.to_dict()
         return data
 
     def describe(self) -> str:
@@ -129,10 +147,17 @@ class Plan:
         lines.append(f"Physical GPUs: {gpus or 'none (CPU only)'}")
         lines.append(f"Logical devices: {', '.join(self.logical_devices)}")
         s = self.strategy
-        ops = f", cross-device ops {s.cross_device_ops}" if s.cross_device_ops else ""
-        lines.append(f"Strategy: {s.kind} on {', '.join(s.devices) or 'the default device'}{ops}")
+        if s.cluster:
+            lines.append(f"Strategy: {s.kind} on {', '.join(s.devices)} of each worker, collectives "
+                         f"{s.cross_device_ops}")
+            lines.append(f"Cluster: {s.cluster.describe()}")
+            replicas = f"{len(s.devices)} per worker x {s.cluster.num_workers} workers = {self.num_replicas}"
+        else:
+            ops = f", cross-device ops {s.cross_device_ops}" if s.cross_device_ops else ""
+            lines.append(f"Strategy: {s.kind} on {', '.join(s.devices) or 'the default device'}{ops}")
+            replicas = str(self.num_replicas)
         lines.append(
-            f"Replicas: {self.num_replicas}; batch: {self.batch_size_per_replica} per replica x "
+            f"Replicas: {replicas}; batch: {self.batch_size_per_replica} per replica x "
             f"{self.num_replicas} = {self.global_batch_size} global"
         )
         if self.lr_scaling != "none":
@@ -288,6 +313,11 @@ def _strategy(config: Config, logical: tuple[str, ...], cpu_count: int, gpu_coun
                 "or make more GPUs visible.",
             )
     kind = dist.strategy
+    if kind == "multi_worker_mirrored":
+        return _multi_worker(config, logical, gpu_count, probe, warnings)
+    if dist.communication != "auto":
+        warnings.append(f"distribute.communication: {dist.communication} is ignored: it sets "
+                        "MultiWorkerMirroredStrategy's collectives, and the strategy is " + kind)
     if kind == "default":
         if explicit:
             warnings.append("distribute.devices is ignored with strategy: default")
@@ -305,6 +335,41 @@ def _strategy(config: Config, logical: tuple[str, ...], cpu_count: int, gpu_coun
         kind = "mirrored" if len(devices) > 1 else "one_device"
     ops = _cross_device_ops(config, kind, devices, probe, warnings)
     return StrategyPlan(kind, devices, ops)
+
+
+def _tasks_on_busiest_node(env: dict[str, str]) -> int:
+    try:
+        return max(expand_tasks_per_node(env.get("SLURM_STEP_TASKS_PER_NODE", env.get("SLURM_TASKS_PER_NODE", "1"))))
+    except ValueError:
+        return 1
+
+
+def _multi_worker(config: Config, logical: tuple[str, ...], gpu_count: int, probe: Probe,
+                  warnings: list[str]) -> StrategyPlan:
+    """MultiWorkerMirroredStrategy: every local GPU (else the CPU) of each worker of the resolved cluster."""
+    dist = config.distribute
+    cluster = resolve_cluster(dist, probe.env)
+    if dist.devices:
+        warnings.append("distribute.devices is ignored with strategy: multi_worker_mirrored, which uses every "
+                        "visible GPU of each worker (else its CPU); choose GPUs with devices.visible_gpus")
+    if dist.cross_device_ops != "auto":
+        warnings.append(f"distribute.cross_device_ops: {dist.cross_device_ops} is ignored with "
+                        "multi_worker_mirrored; set distribute.communication (auto, ring or nccl)")
+    devices = logical if gpu_count else ("/cpu:0",)
+    if not gpu_count and config.devices.cpu_logical_devices > 1:
+        warnings.append(f"devices.cpu_logical_devices: {config.devices.cpu_logical_devices} does not add replicas "
+                        "under multi_worker_mirrored: each worker trains one replica on its CPU")
+    communication = dist.communication
+    if communication == "nccl" and not gpu_count:
+        warnings.append("distribute.communication: nccl needs GPUs; using ring instead")
+        communication = "ring"
+    if cluster.source == "Slurm" and config.devices.visible_gpus == "all" and len(probe.gpus) > 1 \
+            and "CUDA_VISIBLE_DEVICES" not in probe.env and _tasks_on_busiest_node(probe.env) > 1:
+        warnings.append(
+            f"Slurm runs several tasks on this node and each sees all {len(probe.gpus)} GPUs (tfgpu does not "
+            "reassign them behind your back); run one task per node (--ntasks-per-node=1), let Slurm bind GPUs "
+            "(--gpus-per-task), or set devices.visible_gpus per task")
+    return StrategyPlan("multi_worker_mirrored", devices, communication, cluster)
 
 
 # Measured on the seed CNN's training step (`python benchmarks/floor.py --jit` against
@@ -420,7 +485,7 @@ def make_plan(config: Config, probe: Probe) -> Plan:
     cpu_count = dev.cpu_logical_devices
     logical = tuple(f"/gpu:{i}" for i in range(gpu_count)) or tuple(f"/cpu:{i}" for i in range(cpu_count))
     strategy = _strategy(config, logical, cpu_count, gpu_count, probe, warnings)
-    replicas = max(1, len(strategy.devices))
+    replicas = max(1, len(strategy.devices)) * (strategy.cluster.num_workers if strategy.cluster else 1)
     per_replica = config.train.batch_size_per_replica
     scale = {"none": 1.0, "linear": float(replicas), "sqrt": math.sqrt(replicas)}[config.train.lr_scaling]
     if tfc.jit_compile is True and config.train.loop == "fit" and replicas > 1:

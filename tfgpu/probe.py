@@ -43,6 +43,11 @@ RELEVANT_ENV = (
     "LD_LIBRARY_PATH",
     "TFGPU_CONFIG",
     "TFGPU_DATA_DIR",
+    "TF_NUM_INTRAOP_THREADS",
+    "TF_NUM_INTEROP_THREADS",
+    # Slurm's task layout (tfgpu.cluster resolves the workers from it)
+    "SLURM_PROCID", "SLURM_STEP_NODELIST", "SLURM_STEP_TASKS_PER_NODE", "SLURM_STEP_NUM_TASKS",
+    "SLURM_JOB_NODELIST", "SLURM_TASKS_PER_NODE", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_JOB_ID",
 )
 
 #: Python distributions the doctor looks at (name -> what it is).

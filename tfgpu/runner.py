@@ -9,9 +9,12 @@ output folder (8), local data files (5, before TensorFlow starts), the devices
 from __future__ import annotations
 
 import functools
+import json
+import hashlib
 import math
 import os
 import platform
+import shutil
 import statistics
 import time
 from dataclasses import dataclass
@@ -19,17 +22,20 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 # None of these imports TensorFlow; each module imports it inside the function that needs it.
-from . import __version__
+from . import __version__, keras_fixes
 from .config import Config, load_config
 from .data import LoadContext, prepare, source_for
 from .data.pipeline import normalization_stats, sample_batch
-from .errors import ConfigError, Interrupted, TfgpuError, TrainingError
+from .errors import ConfigError, Interrupted, OutputError, TfgpuError, TrainingError
 from .loops import epoch_stats_callback, progress_mode
 from .loops.custom import train_custom
 from .loops.fit import train_fit
 from .model import (build_model, check_fits, describe_model, gist, make_loss, make_metrics, make_optimizer,
                     require_model, target_of)
 from .results import check_parent, check_tensorboard, create_run_dir, replace_atomic, write_atomic, write_json
+
+#: Set by ``tfgpu run --workers N`` for its workers: the run directory the chief writes.
+RUN_DIR_ENV = "TFGPU_RUN_DIR"
 
 # train.steps_per_execution: auto. At least this many steps per call (see
 # resolve_steps_per_execution), so Python's per-call cost is spread over many steps.
@@ -66,14 +72,54 @@ def _say(text: str) -> None:
     print(f"tfgpu: {text}", flush=True)
 
 
+def data_seed(cfg: Config, cluster: Any) -> Optional[int]:
+    """The seed of the data's shuffles: ``tensorflow.seed``; with several workers and no seed, one derived
+    from the cluster's addresses, the same on every worker (sharding a dataset by DATA or FILE between
+    workers needs every worker to shuffle it alike, else they read overlapping parts)."""
+    if cfg.tensorflow.seed is not None or cluster is None or cluster.num_workers == 1:
+        return cfg.tensorflow.seed
+    text = ",".join(f"{job}={','.join(hosts)}" for job, hosts in sorted(cluster.jobs.items()))
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "big")
+
+
 def load_data(cfg: Config, info: Any, source: Any, train: bool = True) -> tuple[Any, Any]:
     """A checked source's data and pipelines for the devices ``info`` describes (after :func:`tfgpu.setup`).
 
-    ``train=False`` (evaluation) does not decode the training split.
+    ``train=False`` (evaluation) does not decode the training split. With
+    several workers, the pipelines carry each worker's sharding policy.
     """
+    cluster = info.cluster
     context = LoadContext(global_batch_size=info.global_batch_size, num_replicas=info.num_replicas,
-                          seed=cfg.tensorflow.seed)
+                          seed=data_seed(cfg, cluster), num_workers=cluster.num_workers if cluster else 1,
+                          worker_index=cluster.worker_index if cluster else 0)
     return prepare(source, cfg.data, context, train)
+
+
+def _outputs(cfg: Config, recipe: Optional[str], info: Any) -> Path:
+    """The directory this process writes: the chief's new run directory (or the one the supervisor made,
+    ``TFGPU_RUN_DIR``); for another worker, a scratch directory beside it, removed when the run ends
+    (TensorFlow's documented non-chief pattern: every worker saves, since saving reads synchronised
+    variables collectively, but only the chief's files are kept)."""
+    name = cfg.output.name or (Path(recipe).stem if recipe else "run")
+    given = os.environ.get(RUN_DIR_ENV)
+    if info.is_chief:
+        if given:
+            path = Path(given)
+            if not path.is_dir() or (path / "config.yaml").exists():
+                raise OutputError(f"{RUN_DIR_ENV}: '{given}' is not an empty run directory made for this run.",
+                                  f"unset {RUN_DIR_ENV}; 'tfgpu run --workers N' sets it for its workers.")
+            return path
+        return create_run_dir(cfg.output.dir, name)
+    cluster = info.cluster
+    where = Path(given).parent if given else Path(cfg.output.dir)
+    stem = Path(given).name if given else f".{name}"
+    path = where / f"{stem}.worker-{cluster.worker_index}-{os.getpid()}.tmp"
+    try:
+        path.mkdir(parents=True)
+    except OSError as exc:
+        raise OutputError(f"output.dir: worker {cluster.worker_index} cannot create its scratch directory {path}: "
+                          f"{exc.strerror or exc}.", "set output.dir to a directory every worker can write.") from None
+    return path
 
 
 def run(recipe: Optional[str], overrides: Sequence[str] = (), output_dir: Optional[str] = None) -> RunResult:
@@ -109,8 +155,10 @@ def run(recipe: Optional[str], overrides: Sequence[str] = (), output_dir: Option
     check_seconds = time.perf_counter() - checked
     info = setup(cfg)
     plan = info.plan
-    for warning in plan.warnings:
-        _say(f"warning: {warning}")
+    chief = info.is_chief
+    if chief:
+        for warning in plan.warnings:
+            _say(f"warning: {warning}")
 
     loading = time.perf_counter()
     data, pipes = load_data(cfg, info, source)
@@ -118,13 +166,24 @@ def run(recipe: Optional[str], overrides: Sequence[str] = (), output_dir: Option
     built = _build(cfg, info, data, pipes.steps_per_epoch)
     profile = _profile_calls(cfg, pipes.steps_per_epoch, built.per_call)
 
-    name = cfg.output.name or (Path(recipe).stem if recipe else "run")
-    run_dir = create_run_dir(cfg.output.dir, name)
+    run_dir = _outputs(cfg, recipe, info)
+    try:
+        return _run(cfg, recipe, info, data, pipes, built, profile, run_dir, started, started_at)
+    finally:
+        if not chief:
+            shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _run(cfg: Config, recipe: Optional[str], info: Any, data: Any, pipes: Any, built: _Built, profile: Any,
+         run_dir: Path, started: float, started_at: float) -> RunResult:
+    """Write the run directory, train, save and test (every worker; only the chief's directory is kept)."""
+    plan, chief = info.plan, info.is_chief
     write_atomic(run_dir / "config.yaml", cfg.to_yaml())
     write_json(run_dir / "plan.json", plan.to_dict())
     summary = _summary(cfg, recipe, run_dir, started_at, info, data, pipes, built, profile)
     write_json(run_dir / "summary.json", summary)
-    _banner(run_dir, info, data, pipes, built, cfg)
+    if chief:
+        _banner(run_dir, info, data, pipes, built, cfg)
 
     import keras  # noqa: PLC0415
 
@@ -134,7 +193,7 @@ def run(recipe: Optional[str], overrides: Sequence[str] = (), output_dir: Option
     if cfg.output.tensorboard:
         callbacks.append(keras.callbacks.TensorBoard(log_dir=str(run_dir / "tensorboard"),
                                                      profile_batch=tuple(profile["calls"]) if profile else 0))
-    progress = progress_mode(cfg.train.progress)
+    progress = progress_mode(cfg.train.progress) if chief else "none"
     finish = functools.partial(_finish, summary, stats, started, run_dir)
     try:
         _train(cfg, info, built, pipes, callbacks, progress, summary)
@@ -157,12 +216,14 @@ def run(recipe: Optional[str], overrides: Sequence[str] = (), output_dir: Option
         raise TrainingError(
             f"training failed in epoch {min(len(stats.rows) + 1, cfg.train.epochs)}: {type(exc).__name__}: "
             f"{gist(exc)}.",
-            f"{run_dir} keeps what was written; run with --debug for the traceback.",
+            (f"{run_dir} keeps what was written" if chief else "the chief's run directory keeps what was written")
+            + "; run with --debug for the traceback.",
         ) from exc
     finish("completed")
     final = summary["final_metrics"]
-    _say(f"done in {summary['wall_seconds']:.1f}s: " + ", ".join(f"{k} {v:.4f}" for k, v in final.items())
-         + f"; {run_dir}")
+    if chief:
+        _say(f"done in {summary['wall_seconds']:.1f}s: " + ", ".join(f"{k} {v:.4f}" for k, v in final.items())
+             + f"; {run_dir}")
     return RunResult(run_dir, summary)
 
 
@@ -178,6 +239,15 @@ def _build(cfg: Config, info: Any, data: Any, steps_per_epoch: int) -> _Built:
     target = target_of(spec.task, spec.num_classes, spec.target_shape, cfg.model.loss)
     normalization = normalization_stats(data) if cfg.data.normalize else None
     per_call = resolve_steps_per_execution(cfg.train.steps_per_execution, steps_per_epoch)
+    if cfg.train.loop == "fit" and plan.num_workers > 1:
+        # Keras's several-steps-per-call loop (a tf.while_loop over get_next_as_optional) fails under
+        # MultiWorkerMirroredStrategy with "You must feed a value for placeholder tensor
+        # 'while/cond/Placeholder'" (Keras 3.15.1, TF 2.21, seen here), so fit runs one step per call.
+        if per_call > 1 and cfg.train.steps_per_execution != "auto":
+            _say(f"warning: train.steps_per_execution: {cfg.train.steps_per_execution} is 1 with loop: fit and "
+                 "several workers (Keras's multi-step loop fails under MultiWorkerMirroredStrategy); "
+                 "loop: custom runs several steps per call")
+        per_call = 1
     with info.strategy.scope():
         model = build_model(cfg.model, spec.input_shape, target, normalization)
         optimizer, learning_rate = make_optimizer(cfg.model.optimizer, plan.lr_scale)
@@ -255,6 +325,9 @@ def _summary(cfg: Config, recipe: Optional[str], run_dir: Path, started_at: floa
         "strategy": type(info.strategy).__name__,
         "strategy_devices": list(plan.strategy.devices),
         "cross_device_ops": plan.strategy.cross_device_ops,
+        "cluster": plan.cluster.to_dict() if plan.cluster else None,
+        "num_workers": plan.num_workers,
+        "keras_fixes": keras_fixes.applied() if plan.cluster else {},
         "num_replicas": info.num_replicas,
         "batch_size_per_replica": plan.batch_size_per_replica,
         "global_batch_size": info.global_batch_size,
@@ -280,7 +353,11 @@ def _banner(run_dir: Path, info: Any, data: Any, pipes: Any, built: _Built, cfg:
     _say(f"run directory {run_dir}")
     _say(f"devices: {', '.join(info.logical_devices)}")
     _say(f"strategy: {type(info.strategy).__name__} on {', '.join(plan.strategy.devices) or 'the default device'}"
-         + (f" ({plan.strategy.cross_device_ops})" if plan.strategy.cross_device_ops else ""))
+         + (f" ({plan.strategy.cross_device_ops})" if plan.strategy.cross_device_ops else "")
+         + (" of each worker" if plan.cluster else ""))
+    if plan.cluster:
+        _say(f"cluster: {plan.cluster.describe()}; sharding: {pipes.info['sharding']['policy']} "
+             f"({pipes.info['sharding']['reason']})")
     sizes = ", ".join(f"{s.name} {s.size:,}" for s in data.splits())
     what = (f"{spec.num_classes} classes" if spec.task == "classification" else "regression")
     _say(f"data: {spec.source}: {sizes}; input {spec.input_shape}, {what}"
@@ -363,3 +440,82 @@ def _finish(summary: dict[str, Any], stats: Any, started: float, run_dir: Path, 
     if error:
         summary["error"] = error
     write_json(run_dir / "summary.json", summary)
+
+
+def multi_worker_overrides(cfg: Config, workers: int) -> list[str]:
+    """The overrides that turn a recipe into ``workers`` local workers' recipe, or why it cannot be.
+
+    ``auto``, ``mirrored`` and ``multi_worker_mirrored`` become
+    ``multi_worker_mirrored`` (MirroredStrategy across machines).
+
+    Raises:
+        ConfigError: a single-device strategy, or an explicit ``distribute.cluster``.
+    """
+    strategy = cfg.distribute.strategy
+    if strategy in ("one_device", "default"):
+        raise ConfigError(
+            f"--workers {workers} with distribute.strategy: {strategy} (received {strategy}): that strategy trains "
+            "one replica in one process, so the other workers would have nothing to do.",
+            "set distribute.strategy to mirrored, multi_worker_mirrored or auto, or drop --workers.")
+    if cfg.distribute.cluster is not None:
+        raise ConfigError(
+            f"--workers {workers} with distribute.cluster set (received {len(cfg.distribute.cluster.workers)} "
+            "workers): --workers starts its own local workers on 127.0.0.1, the cluster names others.",
+            "remove distribute.cluster to train on local workers, or start each listed worker yourself.")
+    return ["distribute.strategy=multi_worker_mirrored"]
+
+
+def run_workers(recipe: Optional[str], overrides: Sequence[str], output_dir: Optional[str], workers: int) -> RunResult:
+    """``tfgpu run RECIPE --workers N``: N local worker processes on 127.0.0.1, supervised.
+
+    Everything a user can get wrong in the recipe, the output folder or local
+    data files is checked here first, before any worker starts. Then one run
+    directory is made; the workers (``python -m tfgpu run``, each with its
+    ``TF_CONFIG``) train under MultiWorkerMirroredStrategy; the chief writes
+    the run directory, every worker's output goes to
+    ``RUN_DIR/workers/worker-<i>.log`` (the chief's also to this terminal).
+
+    Raises:
+        ConfigError, DataError, OutputError: before any worker starts.
+        WorkerError: a worker failed; the others were stopped; the message
+            names it, how it ended and its log (exit code: the worker's own
+            tfgpu code, else 10).
+    """
+    from .launch import Supervisor, free_ports, prepare_run  # noqa: PLC0415
+
+    extra = [f"output.dir={output_dir}"] if output_dir else []
+    cfg = load_config(recipe, overrides=[*overrides, *extra])
+    overrides = [*overrides, *extra, *multi_worker_overrides(cfg, workers)]
+    cfg = load_config(recipe, overrides=overrides)
+    require_model(cfg.model)
+    check_parent(cfg.output.dir)
+    check_tensorboard(cfg.output.tensorboard)
+    source_for(cfg.data, cfg.model.loss, cfg.tensorflow.seed).check()
+    run_dir = create_run_dir(cfg.output.dir, cfg.output.name or (Path(recipe).stem if recipe else "run"))
+    children = prepare_run(recipe, overrides, workers, free_ports(workers), run_dir, dict(os.environ))
+    _say(f"{workers} workers on 127.0.0.1 (MultiWorkerMirroredStrategy); run directory {run_dir}; "
+         f"worker logs in {run_dir / 'workers'}")
+    supervisor = Supervisor(children)
+    supervisor.start()
+
+    def record(codes: list, failed: Optional[int] = None, seconds: Optional[float] = None) -> None:
+        write_json(run_dir / "workers" / "workers.json", {
+            "workers": [{"index": c.index, "pid": p.pid, "exit_code": code, "log": str(c.log),
+                         "TF_CONFIG": c.env["TF_CONFIG"]} for c, p, code in zip(children, supervisor.processes, codes)],
+            "failed": failed, "seconds": seconds})
+
+    record([None] * workers)  # the pids, while they run
+    outcome = supervisor.wait()
+    record(outcome.codes, outcome.failed, outcome.seconds)
+    summary_path = run_dir / "summary.json"
+    summary = json.loads(summary_path.read_text()) if summary_path.exists() else {"status": "failed"}
+    if outcome.failed is not None:
+        error = supervisor.failure(outcome, "tfgpu run --workers")
+        if summary.get("status") == "running":  # the chief was stopped before it could say so
+            summary.update(status="interrupted" if outcome.interrupted else "failed", error=error.message)
+            write_json(summary_path, summary)
+        if outcome.interrupted and outcome.exit_code == 130:
+            raise Interrupted(f"interrupted; {run_dir} keeps what was written and every worker's log.",
+                              "run again to train from the start.")
+        raise error
+    return RunResult(run_dir, summary)

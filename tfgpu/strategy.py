@@ -15,13 +15,32 @@ def build_strategy(spec: StrategyPlan) -> Any:
 
     Returns:
         ``tf.distribute.MirroredStrategy`` (with the chosen cross-device ops),
+        ``tf.distribute.MultiWorkerMirroredStrategy`` (with the chosen
+        collective implementation and the plan's cluster),
         ``tf.distribute.OneDeviceStrategy``, or the default strategy.
 
-    Wraps: https://www.tensorflow.org/api_docs/python/tf/distribute/MirroredStrategy
+    MultiWorkerMirroredStrategy configures TensorFlow's collective ops, which
+    must happen before TensorFlow's context starts (before the first op or
+    ``tf.config.list_logical_devices``): :func:`tfgpu.apply.apply_plan` builds
+    it at that point. Its constructor waits for every worker of the cluster.
+
+    Wraps: https://www.tensorflow.org/api_docs/python/tf/distribute/MirroredStrategy,
+    https://www.tensorflow.org/api_docs/python/tf/distribute/MultiWorkerMirroredStrategy
     and https://www.tensorflow.org/api_docs/python/tf/distribute/OneDeviceStrategy
     """
     import tensorflow as tf  # noqa: PLC0415
 
+    if spec.kind == "multi_worker_mirrored":
+        implementation = {"auto": "AUTO", "ring": "RING", "nccl": "NCCL"}[spec.cross_device_ops or "auto"]
+        options = tf.distribute.experimental.CommunicationOptions(
+            implementation=getattr(tf.distribute.experimental.CommunicationImplementation, implementation))
+        cluster = spec.cluster
+        resolver = None
+        if cluster is not None and cluster.source != "single worker":
+            resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
+                tf.train.ClusterSpec({job: list(hosts) for job, hosts in cluster.jobs.items()}),
+                task_type=cluster.task_type, task_id=cluster.task_index, rpc_layer="grpc")
+        return tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver, communication_options=options)
     if spec.kind == "default":
         return tf.distribute.get_strategy()
     if spec.kind == "one_device":

@@ -147,24 +147,69 @@ class TensorflowConfig(_Section):
         raise ValueError("expected auto, true or false")
 
 
+class ClusterConfig(_Section):
+    """An explicit multi-worker cluster (``distribute.cluster``).
+
+    Attributes:
+        workers: every worker's ``host:port``, the same list on every machine;
+            worker 0 is the chief.
+        task_index: which of them this process is (set it per machine:
+            ``--set distribute.cluster.task_index=1``).
+    """
+
+    workers: list[str] = Field(min_length=1)
+    task_index: Optional[int] = Field(None, ge=0)
+
+    @field_validator("workers")
+    @classmethod
+    def _check_workers(cls, value: list[str]) -> list[str]:
+        for address in value:
+            if not re.fullmatch(r"[\w.-]+:\d{1,5}", address) or not 0 < int(address.rsplit(":", 1)[1]) <= 65535:
+                raise ValueError(f"{address!r} is not 'host:port' (port 1-65535), e.g. 'node1:12345'")
+        if len(set(value)) != len(value):
+            raise ValueError("a worker is listed twice")
+        return value
+
+    @model_validator(mode="after")
+    def _check_index(self) -> "ClusterConfig":
+        if self.task_index is not None and self.task_index >= len(self.workers):
+            raise PydanticCustomError(
+                "key_error", "{index} is not a worker's index: {count} worker(s) are listed, so it is 0 to {last}",
+                {"loc": ("task_index",), "index": self.task_index, "count": len(self.workers),
+                 "last": len(self.workers) - 1})
+        return self
+
+
 class DistributeConfig(_Section):
     """The ``tf.distribute`` strategy.
 
     Attributes:
         strategy: ``auto`` (MirroredStrategy when there is more than one
-            replica, else OneDeviceStrategy), ``mirrored``, ``one_device`` or
-            ``default`` (no strategy: TensorFlow's default).
+            replica, else OneDeviceStrategy; MultiWorkerMirroredStrategy with
+            ``--workers N``), ``mirrored``, ``one_device``,
+            ``multi_worker_mirrored`` or ``default`` (no strategy: TensorFlow's
+            default).
         devices: explicit devices for ``mirrored`` (e.g. ``["/gpu:0",
             "/gpu:1"]`` or ``["/cpu:0", "/cpu:1"]``) or the one device for
             ``one_device``; ``null`` picks every visible (logical) device.
-        cross_device_ops: how replicas sum gradients: ``auto``, ``nccl``,
-            ``hierarchical_copy`` or ``reduce_to_one_device``. NCCL falls back
-            to another with a warning where it cannot work (CPU, logical GPUs).
+        cross_device_ops: how MirroredStrategy's replicas sum gradients:
+            ``auto``, ``nccl``, ``hierarchical_copy`` or ``reduce_to_one_device``.
+            NCCL falls back to another with a warning where it cannot work
+            (CPU, logical GPUs).
+        communication: how MultiWorkerMirroredStrategy's collectives run:
+            ``auto``, ``ring`` (gRPC) or ``nccl`` (GPUs).
+        cluster: an explicit cluster (:class:`ClusterConfig`); ``null``: from
+            ``TF_CONFIG``, else Slurm, else one local worker.
+        port: the first worker port on each Slurm node, and the port of
+            ``tfgpu export``'s workers.
     """
 
-    strategy: Literal["auto", "mirrored", "one_device", "default"] = "auto"
+    strategy: Literal["auto", "mirrored", "one_device", "multi_worker_mirrored", "default"] = "auto"
     devices: Optional[list[str]] = None
     cross_device_ops: Literal["auto", "nccl", "hierarchical_copy", "reduce_to_one_device"] = "auto"
+    communication: Literal["auto", "ring", "nccl"] = "auto"
+    cluster: Optional[ClusterConfig] = None
+    port: int = Field(8888, ge=1, le=65535)
 
     @field_validator("devices")
     @classmethod

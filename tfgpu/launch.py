@@ -1,0 +1,415 @@
+"""Worker processes: prepare each child's command and environment (pure), then start and supervise them.
+
+Two kinds of children, for the two commands that start them:
+
+- ``tfgpu run RECIPE --workers N``: N ``python -m tfgpu run RECIPE ...``
+  processes, each with its own ``TF_CONFIG`` (127.0.0.1, free ports) and
+  ``TFGPU_RUN_DIR`` (the run directory the chief writes);
+- ``tfgpu launch [RECIPE] [--workers N] -- script.py ARGS``: N (default 1)
+  ``python -m tfgpu.bootstrap script.py ARGS`` processes: the settings
+  TensorFlow reads from the environment travel in it (:func:`launch_settings`
+  says which), the rest is applied by :mod:`tfgpu.bootstrap` (``tfgpu.setup()``
+  from ``TFGPU_CONFIG``) before the script runs as ``__main__``.
+
+:func:`prepare_run` and :func:`prepare_launch` start nothing: they return
+:class:`Child` descriptions (tested as data). :class:`Supervisor` starts them,
+copies each one's output to its log (the chief's also to this terminal),
+forwards Ctrl-C and SIGTERM, and when one fails stops the others and says
+which failed and why. It is one object with ``start``/``wait``/``stop`` so
+that restarts can be added around it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Sequence, TextIO
+
+from .cluster import local_cluster, tf_config
+from .errors import WorkerError
+
+#: Exit codes of tfgpu's own errors (errors.py), passed on when a worker fails with one.
+TFGPU_CODES = {3: "configuration error", 4: "device error", 5: "data error", 6: "TensorFlow already initialised",
+               7: "training failed", 8: "output error", 130: "interrupted"}
+
+
+@dataclass(frozen=True)
+class Child:
+    """One process to start.
+
+    Attributes:
+        index: the worker's index (0 is the chief).
+        argv: the command, e.g. ``(sys.executable, "-m", "tfgpu", "run", ...)``.
+        env: its whole environment.
+        log: the file its output goes to (``None``: this terminal).
+        stdin: whether it reads this process's stdin (the chief only).
+    """
+
+    index: int
+    argv: tuple[str, ...]
+    env: dict[str, str]
+    log: Optional[Path] = None
+    stdin: bool = False
+
+    @property
+    def added_env(self) -> dict[str, str]:
+        """The variables it gets on top of (or instead of) the parent's environment."""
+        return {k: v for k, v in self.env.items() if os.environ.get(k) != v}
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct free TCP ports on 127.0.0.1 (bound, read, released)."""
+    sockets = []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            sockets.append(s)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+@dataclass(frozen=True)
+class Setting:
+    """How one setting reaches a launched script: ``how`` is ``"environment"`` or ``"bootstrap"``."""
+
+    key: str
+    how: str
+    what: str
+
+
+def launch_env(plan: Any) -> dict[str, str]:
+    """The environment variables a launched script gets from the plan (before its TensorFlow starts).
+
+    The plan's own (``TF_CPP_MIN_LOG_LEVEL``, ``TF_ENABLE_ONEDNN_OPTS``,
+    ``KERAS_BACKEND``, ``CUDA_DEVICE_ORDER``, ``CUDA_VISIBLE_DEVICES``,
+    ``TF_GPU_ALLOCATOR``), plus those TensorFlow reads in place of a call:
+    ``TF_FORCE_GPU_ALLOW_GROWTH`` (memory growth on every GPU) and
+    ``TF_NUM_INTRAOP_THREADS`` / ``TF_NUM_INTEROP_THREADS``.
+    """
+    env = dict(plan.env)
+    for call in plan.tf_calls:
+        if call.api == "tf.config.experimental.set_memory_growth":
+            env["TF_FORCE_GPU_ALLOW_GROWTH"] = "true"
+        elif call.api == "tf.config.threading.set_intra_op_parallelism_threads":
+            env["TF_NUM_INTRAOP_THREADS"] = str(call.value)
+        elif call.api == "tf.config.threading.set_inter_op_parallelism_threads":
+            env["TF_NUM_INTEROP_THREADS"] = str(call.value)
+    return env
+
+
+def launch_settings(plan: Any, workers: int = 1) -> list[Setting]:
+    """Which setting travels by environment and which by the bootstrap (``tfgpu plan --launch``)."""
+    env = launch_env(plan)
+    rows = [Setting(k, "environment", f"{k}={v}") for k, v in env.items()]
+    if workers > 1 or plan.cluster is not None:
+        rows.append(Setting("TF_CONFIG", "environment", f"TF_CONFIG: {workers} local workers on 127.0.0.1 "
+                                                         "(free ports), one task each" if workers > 1
+                            else "TF_CONFIG as given (or the cluster the plan shows)"))
+    rows.append(Setting("TFGPU_CONFIG", "environment", "TFGPU_CONFIG=<the resolved config, a temporary YAML file>"))
+    by_env = {"tf.config.experimental.set_memory_growth": "TF_FORCE_GPU_ALLOW_GROWTH",
+              "tf.config.threading.set_intra_op_parallelism_threads": "TF_NUM_INTRAOP_THREADS",
+              "tf.config.threading.set_inter_op_parallelism_threads": "TF_NUM_INTEROP_THREADS"}
+    for call in plan.tf_calls:
+        also = f" (also {by_env[call.api]})" if call.api in by_env else ""
+        rows.append(Setting(call.setting, "bootstrap", f"{call}{also}"))
+    if workers > 1 or (plan.cluster is not None and plan.num_workers > 1):
+        rows.append(Setting("keras fixes", "bootstrap",
+                            "tfgpu.keras_fixes.install(): model.fit under MultiWorkerMirroredStrategy"))
+    return rows
+
+
+def describe_settings(rows: Sequence[Setting]) -> str:
+    """The settings as the lines ``tfgpu plan --launch`` prints."""
+    lines = ["tfgpu launch: how each setting reaches the script",
+             "By environment (read by TensorFlow/CUDA when they start):"]
+    lines += [f"  {r.what}    # {r.key}" if r.key not in r.what else f"  {r.what}" for r in rows
+              if r.how == "environment"]
+    lines.append("By the bootstrap (tfgpu.setup() in the script's process, before the script runs as __main__):")
+    lines += [f"  {r.what}    # {r.key}" for r in rows if r.how == "bootstrap"]
+    return "\n".join(lines)
+
+
+def _with(base: dict[str, str], extra: dict[str, str], drop: Sequence[str] = ()) -> dict[str, str]:
+    env = {k: v for k, v in base.items() if k not in drop}
+    env.update(extra)
+    return env
+
+
+def prepare_run(recipe: Optional[str], overrides: Sequence[str], workers: int, ports: Sequence[int],
+                run_dir: Path, base_env: dict[str, str]) -> list[Child]:
+    """The children of ``tfgpu run RECIPE --workers N`` (starts nothing).
+
+    Each runs ``python -m tfgpu run RECIPE --set ... --set
+    distribute.strategy=multi_worker_mirrored`` with ``TF_CONFIG`` (worker i of
+    ``workers`` on 127.0.0.1 at ``ports``) and ``TFGPU_RUN_DIR=run_dir``; its
+    output goes to ``run_dir/workers/worker-<i>.log``.
+    """
+    argv = [sys.executable, "-m", "tfgpu", "run", *([recipe] if recipe else []),
+            *(a for o in overrides for a in ("--set", o)), "--set", "distribute.strategy=multi_worker_mirrored"]
+    children = []
+    for i in range(workers):
+        env = _with(base_env, {"TF_CONFIG": tf_config(local_cluster(list(ports), i)),
+                               "TFGPU_RUN_DIR": str(run_dir), "PYTHONUNBUFFERED": "1"}, drop=SLURM_DROP)
+        children.append(Child(i, tuple(argv), env, run_dir / "workers" / f"worker-{i}.log", stdin=i == 0))
+    return children
+
+
+#: Slurm's task variables are removed from local workers' environments (they would name another cluster).
+SLURM_DROP = ("SLURM_PROCID", "SLURM_STEP_NODELIST", "SLURM_STEP_TASKS_PER_NODE", "SLURM_STEP_NUM_TASKS")
+
+
+def prepare_launch(plan: Any, script: Sequence[str], workers: int, ports: Sequence[int], config_file: Path,
+                   base_env: dict[str, str], log_dir: Optional[Path]) -> list[Child]:
+    """The children of ``tfgpu launch`` (starts nothing).
+
+    Args:
+        plan: the plan for one worker (its environment travels: :func:`launch_env`).
+        script: ``("train.py", "--lr", "0.1")`` or ``("-m", "package.module", ...)``.
+        workers: processes to start (each gets ``TF_CONFIG`` when more than one).
+        ports: one free port on 127.0.0.1 per worker.
+        config_file: the resolved config, passed as ``TFGPU_CONFIG``.
+        base_env: the environment to start from (``os.environ``).
+        log_dir: where each worker's output goes (``worker-<i>.log``); ``None``
+            with one worker: this terminal, and the script reads this stdin.
+    """
+    added = {**launch_env(plan), "TFGPU_CONFIG": str(config_file)}
+    argv = (sys.executable, "-m", "tfgpu.bootstrap", *script)
+    children = []
+    for i in range(workers):
+        env = dict(added)
+        if workers > 1:
+            env["TF_CONFIG"] = tf_config(local_cluster(list(ports), i))
+            env["PYTHONUNBUFFERED"] = "1"
+        children.append(Child(i, argv, _with(base_env, env, drop=SLURM_DROP if workers > 1 else ()),
+                              log_dir / f"worker-{i}.log" if log_dir else None, stdin=i == 0))
+    return children
+
+
+@dataclass
+class Outcome:
+    """How a group of workers ended.
+
+    Attributes:
+        exit_code: 0, or the code to exit with (see :class:`~tfgpu.errors.WorkerError`).
+        codes: each worker's exit code (negative: killed by that signal).
+        failed: the index of the first worker that failed, else ``None``.
+        seconds: from start to the last exit.
+        interrupted: Ctrl-C or SIGTERM reached the supervisor.
+    """
+
+    exit_code: int
+    codes: list[Optional[int]]
+    failed: Optional[int] = None
+    seconds: float = 0.0
+    interrupted: bool = False
+
+
+def _describe_code(code: int) -> str:
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}" + (f" ({TFGPU_CODES[code]})" if code in TFGPU_CODES else "")
+
+
+def last_error(log: Optional[Path], lines: int = 12) -> str:
+    """Why a worker failed, from its log: its ``tfgpu: ...`` error paragraph, else its last lines."""
+    if log is None or not log.exists():
+        return ""
+    text = log.read_text(encoding="utf-8", errors="replace").splitlines()
+    for i in range(len(text) - 1, -1, -1):
+        if text[i].startswith("tfgpu: ") and ("error" in text[i] or "failed" in text[i] or "interrupted" in text[i]):
+            return "\n".join(text[i:i + 3]).strip()
+    tail = [t for t in text if t.strip()][-lines:]
+    return "\n".join(tail)
+
+
+@dataclass
+class Supervisor:
+    """Start children, copy their output, stop them all when one fails.
+
+    Args:
+        children: from :func:`prepare_run` or :func:`prepare_launch`.
+        echo: where the chief's output is copied (default ``sys.stdout``).
+        grace: seconds between SIGTERM and SIGKILL when stopping workers.
+    """
+
+    children: list[Child]
+    echo: Optional[TextIO] = None
+    grace: float = 5.0
+    processes: list[subprocess.Popen] = field(default_factory=list)
+    _threads: list[threading.Thread] = field(default_factory=list)
+    _interrupted: bool = False
+    _started: float = 0.0
+
+    def start(self) -> None:
+        """Start every child (each in its own session, so a signal reaches it only through :meth:`stop`)."""
+        self._started = time.perf_counter()
+        for child in self.children:
+            if child.log is not None:
+                child.log.parent.mkdir(parents=True, exist_ok=True)
+            piped = child.log is not None
+            process = subprocess.Popen(
+                list(child.argv), env=child.env, stdin=None if child.stdin else subprocess.DEVNULL,
+                stdout=subprocess.PIPE if piped else None, stderr=subprocess.STDOUT if piped else None,
+                start_new_session=piped)
+            self.processes.append(process)
+            if piped:
+                thread = threading.Thread(target=self._copy, args=(process, child), daemon=True)
+                thread.start()
+                self._threads.append(thread)
+
+    def _copy(self, process: subprocess.Popen, child: Child) -> None:
+        echo = (self.echo or sys.stdout) if child.index == 0 else None
+        with open(child.log, "ab") as log:
+            for line in iter(process.stdout.readline, b""):
+                log.write(line)
+                log.flush()
+                if echo is not None:
+                    echo.write(line.decode("utf-8", errors="replace"))
+                    echo.flush()
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        """Send ``sig`` to every running child (and its process group), then SIGKILL after ``grace`` seconds."""
+        for p in self.processes:
+            if p.poll() is None:
+                self._signal(p, sig)
+        deadline = time.monotonic() + self.grace
+        while time.monotonic() < deadline and any(p.poll() is None for p in self.processes):
+            time.sleep(0.05)
+        for p in self.processes:
+            if p.poll() is None:
+                self._signal(p, signal.SIGKILL)
+                p.wait()
+
+    def _signal(self, process: subprocess.Popen, sig: int) -> None:
+        try:
+            if self.children[self.processes.index(process)].log is not None:
+                os.killpg(process.pid, sig)
+            else:
+                process.send_signal(sig)
+        except ProcessLookupError:
+            pass
+
+    def wait(self, poll: float = 0.1) -> Outcome:
+        """Wait until all exit 0, or one fails (the others are then stopped); Ctrl-C/SIGTERM are forwarded."""
+        previous = {}
+
+        def forward(signum: int, frame: Any) -> None:
+            self._interrupted = True
+            for child, p in zip(self.children, self.processes):
+                # A child on this terminal got the terminal's Ctrl-C itself.
+                if p.poll() is None and not (signum == signal.SIGINT and child.log is None):
+                    self._signal(p, signum)
+
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                previous[sig] = signal.signal(sig, forward)
+        failed = None
+        try:
+            while True:
+                codes = [p.poll() for p in self.processes]
+                bad = [i for i, c in enumerate(codes) if c not in (None, 0)]
+                if bad:
+                    failed = bad[0]
+                    self.stop()
+                    break
+                if all(c == 0 for c in codes):
+                    break
+                time.sleep(poll)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            for thread in self._threads:
+                thread.join(timeout=5)
+        codes = [p.returncode for p in self.processes]
+        exit_code = 0
+        if failed is not None:
+            code = codes[failed]
+            exit_code = code if code in TFGPU_CODES else 10
+        return Outcome(exit_code, codes, failed, time.perf_counter() - self._started, self._interrupted)
+
+    def failure(self, outcome: Outcome, what: str) -> WorkerError:
+        """The error for a failed ``outcome``: which worker, how it ended, why (from its log), where its log is."""
+        i = outcome.failed
+        child, process = self.children[i], self.processes[i]
+        why = last_error(child.log)
+        others = [j for j in range(len(self.children)) if j != i]
+        stopped = (f"; worker(s) {', '.join(map(str, others))} were stopped" if others else "")
+        log = f" Its log: {child.log}." if child.log else ""
+        return WorkerError(
+            f"{what}: worker {i} of {len(self.children)} (pid {process.pid}) {_describe_code(outcome.codes[i])} "
+            f"after {outcome.seconds:.1f} s{stopped}.{log}" + (f"\n{why}" if why else ""),
+            "read the worker's log for the cause; fix it and run again.",
+            exit_code=outcome.exit_code)
+
+
+def launch(recipe: Optional[str], overrides: Sequence[str], workers: int, script: Sequence[str],
+           log_dir: Optional[str] = None) -> int:
+    """``tfgpu launch``: run an unmodified script (or ``-m module``) with the config applied; returns its exit code.
+
+    One worker: the script runs in one child on this terminal (stdin, output
+    and Ctrl-C are its own) and its exit code is returned. Several: each is a
+    worker of MultiWorkerMirroredStrategy on 127.0.0.1 (``TF_CONFIG`` set; the
+    script builds the strategy), with its output in ``LOG_DIR/worker-<i>.log``
+    (the chief's also here); when one fails the others are stopped.
+
+    Raises:
+        ConfigError, DeviceError: the config, before anything starts.
+        WorkerError: a worker failed (its exit code is passed on; a signal N
+            gives 128 + N).
+    """
+    import dataclasses  # noqa: PLC0415
+    import tempfile  # noqa: PLC0415
+
+    import yaml  # noqa: PLC0415
+
+    from .config import load_config  # noqa: PLC0415
+    from .errors import ConfigError  # noqa: PLC0415
+    from .plan import make_plan  # noqa: PLC0415
+    from .probe import probe  # noqa: PLC0415
+    from .runner import multi_worker_overrides  # noqa: PLC0415
+
+    if not script:
+        raise ConfigError("tfgpu launch: no script was given (received nothing after the options).",
+                          "name it after --, e.g. tfgpu launch recipe.yaml -- train.py --epochs 3.")
+    cfg = load_config(recipe, overrides=overrides)
+    if workers > 1:
+        cfg = load_config(recipe, overrides=[*overrides, *multi_worker_overrides(cfg, workers)])
+    ports = free_ports(workers) if workers > 1 else []
+    machine = probe()
+    if workers > 1:
+        machine = dataclasses.replace(machine, env={**machine.env, "TF_CONFIG": tf_config(local_cluster(ports, 0))})
+    plan = make_plan(cfg, machine)  # a device error shows here, before anything starts
+    logs = None
+    if workers > 1:
+        logs = Path(log_dir or Path("tfgpu-logs") / time.strftime("launch-%Y%m%d-%H%M%S"))
+    with tempfile.TemporaryDirectory(prefix="tfgpu-launch-") as tmp:
+        config_file = Path(tmp) / "config.yaml"
+        config_file.write_text(yaml.safe_dump(cfg.model_dump(mode="json", exclude_unset=True), sort_keys=False))
+        children = prepare_launch(plan, list(script), workers, ports, config_file, dict(os.environ), logs)
+        if logs is not None:
+            print(f"tfgpu: {workers} workers on 127.0.0.1; logs in {logs}", file=sys.stderr, flush=True)
+        supervisor = Supervisor(children)
+        supervisor.start()
+        outcome = supervisor.wait()
+    if outcome.failed is None:
+        return 0
+    code = outcome.codes[outcome.failed]
+    code = 128 - code if code < 0 else code
+    if workers == 1:
+        return code
+    error = supervisor.failure(outcome, "tfgpu launch")
+    error.exit_code = code
+    raise error
