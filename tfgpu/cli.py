@@ -67,10 +67,13 @@ def main() -> None:
     tfgpu devices                                     GPUs (NVML) and TensorFlow's devices
     tfgpu doctor                                      why TensorFlow does not see the GPU
     tfgpu bench matmul|logging|devices                time your hardware (d2l's GPU exercises)
+    tfgpu run recipes/mnist.yaml --workers 2          two local workers (MultiWorkerMirroredStrategy)
+    tfgpu launch recipes/mnist.yaml -- train.py       an unmodified script with the config applied
+    tfgpu export slurm|tfjob recipes/mnist.yaml       a Slurm batch script or a Kubeflow TFJob
 
     Exit codes: 0 ok, 2 usage, 3 config, 4 device, 5 data, 6 TensorFlow already
     initialised, 7 training failed, 8 output not writable, 9 doctor found an
-    error, 130 interrupted.
+    error, 10 a worker crashed or was killed, 130 interrupted.
     """
 
 
@@ -101,7 +104,7 @@ def run(recipe: str, overrides: tuple[str, ...], output_dir: str | None, workers
         run_recipe(recipe, overrides, output_dir)
 
 
-@main.command(context_settings={**CONTEXT, "ignore_unknown_options": True, "allow_interspersed_args": False})
+@main.command(context_settings={**CONTEXT, "ignore_unknown_options": True})
 @_set_option
 @_workers_option
 @click.option("--log-dir", metavar="DIR", help="Where each worker's log goes with --workers N "
@@ -290,6 +293,81 @@ def doctor(recipe: str | None, overrides: tuple[str, ...], as_json: bool, quiet:
             click.echo(text)
     if errors or (strict and warnings):
         sys.exit(9)
+
+
+@main.group(context_settings=CONTEXT)
+def export() -> None:
+    """Write a recipe as a Slurm batch script or a Kubeflow TFJob manifest.
+
+    \b
+    tfgpu export slurm recipes/mnist.yaml --nodes 2 --gpus-per-node 4 -o mnist.sbatch
+    tfgpu export tfjob recipes/mnist.yaml --image registry/tfgpu:1 --workers 2 -o mnist-tfjob.yaml
+    """
+
+
+def _write(text: str, output: str | None) -> None:
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    from pathlib import Path  # noqa: PLC0415
+
+    from .errors import OutputError  # noqa: PLC0415
+
+    try:
+        Path(output).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise OutputError(f"--output: cannot write '{output}': {exc.strerror or exc}.",
+                          "give a writable file path, or leave --output out to print.") from None
+    click.echo(f"tfgpu: wrote {output}", err=True)
+
+
+_output_option = click.option("--output", "-o", metavar="FILE", help="Write to FILE instead of printing.")
+_name_option = click.option("--name", metavar="NAME", help="Job name (default: the recipe's file name).")
+
+
+@export.command("slurm", context_settings=CONTEXT)
+@click.argument("recipe", type=click.Path())
+@_set_option
+@click.option("--nodes", type=click.IntRange(1, 4096), default=2, show_default=True, help="Nodes; one worker each.")
+@click.option("--gpus-per-node", type=click.IntRange(0, 64), default=1, show_default=True,
+              help="GPUs of each node (#SBATCH --gpus-per-node; 0: CPU nodes).")
+@click.option("--time", "time_limit", metavar="HH:MM:SS", help="#SBATCH --time.")
+@click.option("--partition", metavar="NAME", help="#SBATCH --partition.")
+@_name_option
+@_output_option
+@handle_errors
+def export_slurm(recipe: str, overrides: tuple[str, ...], nodes: int, gpus_per_node: int, time_limit: str | None,
+                 partition: str | None, name: str | None, output: str | None) -> None:
+    """An sbatch script that runs RECIPE on NODES nodes with srun (one worker per node)."""
+    from .config import load_config  # noqa: PLC0415
+    from .export import slurm_script  # noqa: PLC0415
+
+    cfg = load_config(recipe, overrides=[*overrides, "distribute.strategy=multi_worker_mirrored"])
+    _write(slurm_script(recipe, overrides, nodes, gpus_per_node, cfg.distribute.port, time_limit, partition, name),
+           output)
+
+
+@export.command("tfjob", context_settings=CONTEXT)
+@click.argument("recipe", type=click.Path())
+@_set_option
+@click.option("--image", required=True, metavar="IMAGE", help="Container image with tfgpu installed.")
+@click.option("--workers", type=click.IntRange(1, 4096), default=2, show_default=True, help="Worker pods.")
+@click.option("--gpus-per-worker", type=click.IntRange(0, 64), default=1, show_default=True,
+              help="nvidia.com/gpu limit of each pod (0: CPU pods).")
+@_name_option
+@_output_option
+@handle_errors
+def export_tfjob(recipe: str, overrides: tuple[str, ...], image: str, workers: int, gpus_per_worker: int,
+                 name: str | None, output: str | None) -> None:
+    """A Kubeflow TFJob (kubeflow.org/v1) with WORKERS pods and a ConfigMap holding RECIPE."""
+    from .config import load_config  # noqa: PLC0415
+    from .export import tfjob_manifest  # noqa: PLC0415
+
+    cfg = load_config(recipe, overrides=[*overrides, "distribute.strategy=multi_worker_mirrored"])
+    import yaml  # noqa: PLC0415
+
+    recipe_yaml = yaml.safe_dump(cfg.to_dict(), sort_keys=False, default_flow_style=False)
+    _write(tfjob_manifest(recipe, recipe_yaml, (), image, workers, gpus_per_worker, name), output)
 
 
 # bench.py imports only the standard library at module level (TensorFlow inside its functions).

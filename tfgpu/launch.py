@@ -320,7 +320,9 @@ class Supervisor:
         try:
             while True:
                 codes = [p.poll() for p in self.processes]
-                bad = [i for i, c in enumerate(codes) if c not in (None, 0)]
+                # When several ended since the last look, a killed one is the likelier cause: the others
+                # usually fail because it is gone (a collective op loses its peer).
+                bad = sorted((i for i, c in enumerate(codes) if c not in (None, 0)), key=lambda i: codes[i] >= 0)
                 if bad:
                     failed = bad[0]
                     self.stop()

@@ -507,12 +507,16 @@ def run_workers(recipe: Optional[str], overrides: Sequence[str], output_dir: Opt
     record([None] * workers)  # the pids, while they run
     outcome = supervisor.wait()
     record(outcome.codes, outcome.failed, outcome.seconds)
+    for scratch in run_dir.parent.glob(f"{run_dir.name}.worker-*.tmp"):  # a killed worker could not remove its own
+        shutil.rmtree(scratch, ignore_errors=True)
     summary_path = run_dir / "summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {"status": "failed"}
     if outcome.failed is not None:
         error = supervisor.failure(outcome, "tfgpu run --workers")
         if summary.get("status") == "running":  # the chief was stopped before it could say so
             summary.update(status="interrupted" if outcome.interrupted else "failed", error=error.message)
+        summary["worker_error"] = error.message
+        if summary_path.exists() or run_dir.exists():
             write_json(summary_path, summary)
         if outcome.interrupted and outcome.exit_code == 130:
             raise Interrupted(f"interrupted; {run_dir} keeps what was written and every worker's log.",
