@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import ROOT, TWO_REPLICAS, child_env, one_paragraph, only_run_dir, run_cli
+from .conftest import ROOT, child_env, one_paragraph, only_run_dir, run_cli
 from tfgpu.launch import free_ports
 
 SMALL = ["--set", "train.epochs=2", "--set", "train.batch_size_per_replica=128"]
