@@ -6,9 +6,9 @@ import TensorFlow) with the keyword arguments it accepts among:
 - ``global_batch_size``: samples per step over all replicas;
 - ``input_context``: a ``tf.distribute.InputContext`` (``num_input_pipelines``,
   ``input_pipeline_id``, ``num_replicas_in_sync``,
-  ``get_per_replica_batch_size``): shard files with
-  ``ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)``
-  when you read files yourself (one pipeline on one machine);
+  ``get_per_replica_batch_size``; one pipeline per worker). Do not shard:
+  every worker builds the same dataset and tfgpu gives each its part of every
+  global batch (auto-shard policy ``DATA``);
 - ``seed``: ``tensorflow.seed`` (or ``None``);
 
 plus ``data.builder_args``. The current directory is importable, as with
