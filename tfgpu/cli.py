@@ -179,21 +179,14 @@ def plan(recipe: str | None, overrides: tuple[str, ...], machine: str | None, as
     order, the strategy, replicas, per-replica and global batch, and warnings.
     Without RECIPE: the file named by TFGPU_CONFIG, else the defaults.
     """
-    from .config import load_config  # noqa: PLC0415
     from .plan import make_plan  # noqa: PLC0415
     from .probe import load_facts, probe  # noqa: PLC0415
 
-    cfg = load_config(recipe, overrides=overrides)
+    from .launch import as_worker_zero, load_for_workers  # noqa: PLC0415
+
+    cfg, _ = load_for_workers(recipe, overrides, workers)
     machine_probe = load_facts(machine).machine if machine else probe()
-    if workers > 1:
-        import dataclasses  # noqa: PLC0415
-
-        from .cluster import local_cluster, tf_config  # noqa: PLC0415
-        from .runner import multi_worker_overrides  # noqa: PLC0415
-
-        cfg = load_config(recipe, overrides=[*overrides, *multi_worker_overrides(cfg, workers)])
-        example = local_cluster([12345 + i for i in range(workers)], 0)
-        machine_probe = dataclasses.replace(machine_probe, env={**machine_probe.env, "TF_CONFIG": tf_config(example)})
+    machine_probe = as_worker_zero(machine_probe, [12345 + i for i in range(workers)])  # example ports
     result = make_plan(cfg, machine_probe)
     settings = None
     if for_launch:

@@ -33,11 +33,45 @@ from pathlib import Path
 from typing import Any, Optional, Sequence, TextIO
 
 from .cluster import local_cluster, tf_config
-from .errors import WorkerError
+from .errors import ConfigError, WorkerError
 
 #: Exit codes of tfgpu's own errors (errors.py), passed on when a worker fails with one.
 TFGPU_CODES = {3: "configuration error", 4: "device error", 5: "data error", 6: "TensorFlow already initialised",
                7: "training failed", 8: "output error", 130: "interrupted"}
+
+
+def multi_worker_overrides(cfg: Any, workers: int) -> list[str]:
+    """The overrides that turn a recipe into ``workers`` local workers' recipe, or why it cannot be.
+
+    ``auto``, ``mirrored`` and ``multi_worker_mirrored`` become
+    ``multi_worker_mirrored`` (MirroredStrategy across machines).
+
+    Raises:
+        ConfigError: a single-device strategy, or an explicit ``distribute.cluster``.
+    """
+    strategy = cfg.distribute.strategy
+    if strategy in ("one_device", "default"):
+        raise ConfigError(
+            f"--workers {workers} with distribute.strategy: {strategy} (received {strategy}): that strategy trains "
+            "one replica in one process, so the other workers would have nothing to do.",
+            "set distribute.strategy to mirrored, multi_worker_mirrored or auto, or drop --workers.")
+    if cfg.distribute.cluster is not None:
+        raise ConfigError(
+            f"--workers {workers} with distribute.cluster set (received {len(cfg.distribute.cluster.workers)} "
+            "workers): --workers starts its own local workers on 127.0.0.1, the cluster names others.",
+            "remove distribute.cluster to train on local workers, or start each listed worker yourself.")
+    return ["distribute.strategy=multi_worker_mirrored"]
+
+
+def load_for_workers(recipe: Optional[str], overrides: Sequence[str], workers: int) -> tuple[Any, list[str]]:
+    """The config (and overrides) for ``workers`` local workers: :func:`multi_worker_overrides` added when N > 1."""
+    from .config import load_config  # noqa: PLC0415
+
+    cfg = load_config(recipe, overrides=overrides)
+    if workers <= 1:
+        return cfg, list(overrides)
+    overrides = [*overrides, *multi_worker_overrides(cfg, workers)]
+    return load_config(recipe, overrides=overrides), overrides
 
 
 @dataclass(frozen=True)
@@ -62,6 +96,16 @@ class Child:
     def added_env(self) -> dict[str, str]:
         """The variables it gets on top of (or instead of) the parent's environment."""
         return {k: v for k, v in self.env.items() if os.environ.get(k) != v}
+
+
+def as_worker_zero(machine: Any, ports: Sequence[int]) -> Any:
+    """``machine`` (a :class:`~tfgpu.probe.Probe`) as worker 0 of local workers at ``ports`` sees it (its
+    ``TF_CONFIG``), for planning before they start; unchanged for fewer than two ports."""
+    if len(ports) < 2:
+        return machine
+    import dataclasses  # noqa: PLC0415
+
+    return dataclasses.replace(machine, env={**machine.env, "TF_CONFIG": tf_config(local_cluster(list(ports), 0))})
 
 
 def free_ports(count: int) -> list[int]:
@@ -372,28 +416,19 @@ def launch(recipe: Optional[str], overrides: Sequence[str], workers: int, script
         WorkerError: a worker failed (its exit code is passed on; a signal N
             gives 128 + N).
     """
-    import dataclasses  # noqa: PLC0415
     import tempfile  # noqa: PLC0415
 
     import yaml  # noqa: PLC0415
 
-    from .config import load_config  # noqa: PLC0415
-    from .errors import ConfigError  # noqa: PLC0415
     from .plan import make_plan  # noqa: PLC0415
     from .probe import probe  # noqa: PLC0415
-    from .runner import multi_worker_overrides  # noqa: PLC0415
 
     if not script:
         raise ConfigError("tfgpu launch: no script was given (received nothing after the options).",
                           "name it after --, e.g. tfgpu launch recipe.yaml -- train.py --epochs 3.")
-    cfg = load_config(recipe, overrides=overrides)
-    if workers > 1:
-        cfg = load_config(recipe, overrides=[*overrides, *multi_worker_overrides(cfg, workers)])
+    cfg, _ = load_for_workers(recipe, overrides, workers)
     ports = free_ports(workers) if workers > 1 else []
-    machine = probe()
-    if workers > 1:
-        machine = dataclasses.replace(machine, env={**machine.env, "TF_CONFIG": tf_config(local_cluster(ports, 0))})
-    plan = make_plan(cfg, machine)  # a device error shows here, before anything starts
+    plan = make_plan(cfg, as_worker_zero(probe(), ports))  # a device error shows here, before anything starts
     logs = None
     if workers > 1:
         logs = Path(log_dir or Path("tfgpu-logs") / time.strftime("launch-%Y%m%d-%H%M%S"))

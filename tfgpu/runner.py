@@ -442,29 +442,6 @@ def _finish(summary: dict[str, Any], stats: Any, started: float, run_dir: Path, 
     write_json(run_dir / "summary.json", summary)
 
 
-def multi_worker_overrides(cfg: Config, workers: int) -> list[str]:
-    """The overrides that turn a recipe into ``workers`` local workers' recipe, or why it cannot be.
-
-    ``auto``, ``mirrored`` and ``multi_worker_mirrored`` become
-    ``multi_worker_mirrored`` (MirroredStrategy across machines).
-
-    Raises:
-        ConfigError: a single-device strategy, or an explicit ``distribute.cluster``.
-    """
-    strategy = cfg.distribute.strategy
-    if strategy in ("one_device", "default"):
-        raise ConfigError(
-            f"--workers {workers} with distribute.strategy: {strategy} (received {strategy}): that strategy trains "
-            "one replica in one process, so the other workers would have nothing to do.",
-            "set distribute.strategy to mirrored, multi_worker_mirrored or auto, or drop --workers.")
-    if cfg.distribute.cluster is not None:
-        raise ConfigError(
-            f"--workers {workers} with distribute.cluster set (received {len(cfg.distribute.cluster.workers)} "
-            "workers): --workers starts its own local workers on 127.0.0.1, the cluster names others.",
-            "remove distribute.cluster to train on local workers, or start each listed worker yourself.")
-    return ["distribute.strategy=multi_worker_mirrored"]
-
-
 def run_workers(recipe: Optional[str], overrides: Sequence[str], output_dir: Optional[str], workers: int) -> RunResult:
     """``tfgpu run RECIPE --workers N``: N local worker processes on 127.0.0.1, supervised.
 
@@ -481,12 +458,10 @@ def run_workers(recipe: Optional[str], overrides: Sequence[str], output_dir: Opt
             names it, how it ended and its log (exit code: the worker's own
             tfgpu code, else 10).
     """
-    from .launch import Supervisor, free_ports, prepare_run  # noqa: PLC0415
+    from .launch import Supervisor, free_ports, load_for_workers, prepare_run  # noqa: PLC0415
 
     extra = [f"output.dir={output_dir}"] if output_dir else []
-    cfg = load_config(recipe, overrides=[*overrides, *extra])
-    overrides = [*overrides, *extra, *multi_worker_overrides(cfg, workers)]
-    cfg = load_config(recipe, overrides=overrides)
+    cfg, overrides = load_for_workers(recipe, [*overrides, *extra], workers)
     require_model(cfg.model)
     check_parent(cfg.output.dir)
     check_tensorboard(cfg.output.tensorboard)
