@@ -51,9 +51,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
 
             keras_fixes.install()
     except TfgpuError as exc:
-        print(f"tfgpu: {exc.kind}: {exc.message}", file=sys.stderr)
-        if exc.hint:
-            print(f"Fix: {exc.hint}", file=sys.stderr)
+        print(exc.report(), file=sys.stderr)
         raise SystemExit(exc.exit_code) from None
     if args[0] == "-m":
         sys.argv = [args[1], *args[2:]]

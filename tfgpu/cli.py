@@ -35,9 +35,7 @@ def handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:
         except TfgpuError as exc:
             if _debug_wanted(debug):
                 traceback.print_exc()
-            click.echo(f"tfgpu: {exc.kind}: {exc.message}", err=True)
-            if exc.hint:
-                click.echo(f"Fix: {exc.hint}", err=True)
+            click.echo(exc.report(), err=True)
             sys.exit(exc.exit_code)
         except KeyboardInterrupt:
             if _debug_wanted(debug):

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import asdict, dataclass
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping
 
 from .errors import ConfigError
 
@@ -247,8 +247,3 @@ def resolve_cluster(distribute: Any, env: Mapping[str, str]) -> Cluster:
     if "SLURM_PROCID" in env:
         return _from_slurm(env, distribute.port)
     return Cluster({"worker": ("localhost",)}, "worker", 0, "single worker")
-
-
-def single_worker(cluster: Optional[Cluster]) -> bool:
-    """No cluster, or a cluster of one."""
-    return cluster is None or cluster.num_workers == 1

@@ -45,6 +45,10 @@ class TfgpuError(Exception):
         self.message = message
         self.hint = hint
 
+    def report(self) -> str:
+        """What the command line prints: ``tfgpu: <kind>: <message>`` and, with a hint, a ``Fix:`` line."""
+        return f"tfgpu: {self.kind}: {self.message}" + (f"\nFix: {self.hint}" if self.hint else "")
+
     def __str__(self) -> str:
         if self.hint:
             return f"{self.message}\nFix: {self.hint}"

@@ -29,9 +29,6 @@ import inspect
 import re
 from typing import Any
 
-#: The Keras version these fixes were written and tested against.
-TESTED_WITH = "3.15.1"
-
 _FAULTY_BUILD = re.compile(r'distribute_strategy\.reduce\(\s*"MEAN"')
 _FAULTY_REDUCE = re.compile(r'strategy\.reduce\(\s*"MEAN",\s*v,\s*axis=0\s*\)')
 

@@ -92,11 +92,6 @@ class Child:
     log: Optional[Path] = None
     stdin: bool = False
 
-    @property
-    def added_env(self) -> dict[str, str]:
-        """The variables it gets on top of (or instead of) the parent's environment."""
-        return {k: v for k, v in self.env.items() if os.environ.get(k) != v}
-
 
 def as_worker_zero(machine: Any, ports: Sequence[int]) -> Any:
     """``machine`` (a :class:`~tfgpu.probe.Probe`) as worker 0 of local workers at ``ports`` sees it (its

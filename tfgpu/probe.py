@@ -29,6 +29,8 @@ from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from typing import Any, Optional, Sequence
 
+from .cluster import SLURM_ENV
+
 #: Environment variables that change what TensorFlow sees or does; recorded by the probe.
 RELEVANT_ENV = (
     "CUDA_VISIBLE_DEVICES",
@@ -45,9 +47,7 @@ RELEVANT_ENV = (
     "TFGPU_DATA_DIR",
     "TF_NUM_INTRAOP_THREADS",
     "TF_NUM_INTEROP_THREADS",
-    # Slurm's task layout (tfgpu.cluster resolves the workers from it)
-    "SLURM_PROCID", "SLURM_STEP_NODELIST", "SLURM_STEP_TASKS_PER_NODE", "SLURM_STEP_NUM_TASKS",
-    "SLURM_JOB_NODELIST", "SLURM_TASKS_PER_NODE", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_JOB_ID",
+    *SLURM_ENV,  # Slurm's task layout (tfgpu.cluster resolves the workers from it)
 )
 
 #: Python distributions the doctor looks at (name -> what it is).
