@@ -101,9 +101,10 @@ def _pid_of_worker(run_dir: Path, index: int, timeout: float = 120) -> int:
 
 
 @pytest.mark.slow
-def test_a_killed_worker_fails_the_run_cleanly_and_keeps_its_log(tmp_path):
+def test_a_killed_worker_with_no_restart_left_fails_the_run_cleanly_and_keeps_its_log(tmp_path):
     process = subprocess.Popen(
-        [sys.executable, "-m", "tfgpu", "run", "recipes/mnist.yaml", "--workers", "2", "--set", "train.epochs=40",
+        [sys.executable, "-m", "tfgpu", "run", "recipes/mnist.yaml", "--workers", "2", "--max-restarts", "0",
+         "--set", "train.epochs=40",
          "--set", "train.batch_size_per_replica=128", "--output-dir", str(tmp_path)],
         cwd=ROOT, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -119,6 +120,7 @@ def test_a_killed_worker_fails_the_run_cleanly_and_keeps_its_log(tmp_path):
     message = stderr.split("tfgpu: worker failed: ", 1)[1]
     assert "worker 1 of 2" in message and "was killed by SIGKILL" in message and "worker(s) 0 were stopped" in message
     assert str(run_dir / "workers" / "worker-1.log") in message
+    assert "0 restart(s) were used (--max-restarts 0)" in message and f"tfgpu run --resume {run_dir}" in message
     assert "Traceback" not in stderr
     s = summary_of(run_dir)
     assert s["status"] == "failed" and "worker 1 of 2" in s["worker_error"]

@@ -66,12 +66,14 @@ def main() -> None:
     tfgpu doctor                                      why TensorFlow does not see the GPU
     tfgpu bench matmul|logging|devices                time your hardware (d2l's GPU exercises)
     tfgpu run recipes/mnist.yaml --workers 2          two local workers (MultiWorkerMirroredStrategy)
+    tfgpu run --resume runs/mnist-20261123-101500     continue a killed run from its checkpoint
     tfgpu launch recipes/mnist.yaml -- train.py       an unmodified script with the config applied
     tfgpu export slurm|tfjob recipes/mnist.yaml       a Slurm batch script or a Kubeflow TFJob
 
     Exit codes: 0 ok, 2 usage, 3 config, 4 device, 5 data, 6 TensorFlow already
     initialised, 7 training failed, 8 output not writable, 9 doctor found an
-    error, 10 a worker crashed or was killed, 130 interrupted.
+    error, 10 a worker crashed or was killed, 75 preempted (a checkpoint was
+    saved: run again with --resume), 130 interrupted.
     """
 
 
@@ -80,26 +82,49 @@ _workers_option = click.option(
     help="Start N local worker processes on 127.0.0.1 (MultiWorkerMirroredStrategy), each with its TF_CONFIG.")
 
 
+#: ``tfgpu run --max-restarts`` default: how many times a failed worker group is restarted.
+MAX_RESTARTS = 3
+
+
 @main.command(context_settings=CONTEXT)
-@click.argument("recipe", type=click.Path())
+@click.argument("recipe", type=click.Path(), required=False)
 @_set_option
 @click.option("--output-dir", metavar="DIR", help="Parent of the run directory (overrides output.dir).")
 @_workers_option
+@click.option("--resume", "resume", metavar="RUN_DIR",
+              help="Continue the run in RUN_DIR from its last checkpoint (a RUN_DIR that does not exist yet gets "
+                   "a new run: for job scripts that are requeued).")
+@click.option("--max-restarts", type=click.IntRange(0, 1000), default=MAX_RESTARTS, show_default=True,
+              help="With --workers N: restart the workers from the last checkpoint up to this many times when "
+                   "one crashes or is killed.")
 @handle_errors
-def run(recipe: str, overrides: tuple[str, ...], output_dir: str | None, workers: int) -> None:
+def run(recipe: str | None, overrides: tuple[str, ...], output_dir: str | None, workers: int, resume: str | None,
+        max_restarts: int) -> None:
     """Train RECIPE's model under its tf.distribute strategy and write a run directory.
+
+    \b
+    tfgpu run recipes/mnist.yaml
+    tfgpu run --resume runs/mnist-20261123-101500     continue a killed run
+    tfgpu run recipes/mnist.yaml --workers 2          two local workers
 
     With --workers N (N > 1), N local workers train together under
     MultiWorkerMirroredStrategy; the chief writes the run directory and each
-    worker's output is kept in RUN_DIR/workers/. On a cluster (TF_CONFIG,
-    Slurm, distribute.cluster), run it once per worker without --workers.
+    worker's output is kept in RUN_DIR/workers/; a worker that crashes or is
+    killed restarts the group from the last checkpoint (--max-restarts). On a
+    cluster (TF_CONFIG, Slurm, distribute.cluster), run it once per worker
+    without --workers. SIGTERM saves a checkpoint and exits with 75.
     """
+    from .errors import ConfigError  # noqa: PLC0415
     from .runner import run as run_recipe, run_workers  # noqa: PLC0415
 
+    if recipe is None and resume is None:
+        raise ConfigError("tfgpu run: no recipe was given (received neither RECIPE nor --resume RUN_DIR).",
+                          "name a recipe (tfgpu run recipes/mnist.yaml) or a run to continue "
+                          "(tfgpu run --resume runs/NAME).")
     if workers > 1:
-        run_workers(recipe, overrides, output_dir, workers)
+        run_workers(recipe, overrides, output_dir, workers, resume=resume, max_restarts=max_restarts)
     else:
-        run_recipe(recipe, overrides, output_dir)
+        run_recipe(recipe, overrides, output_dir, resume=resume)
 
 
 @main.command(context_settings={**CONTEXT, "ignore_unknown_options": True})

@@ -22,6 +22,9 @@ Exit codes (also in the README):
 9     ``tfgpu doctor`` found at least one error (``--strict``: or a warning)
 10    :class:`WorkerError`: a worker process crashed or was killed (a worker
       that failed with one of the codes above passes its own code on)
+75    :class:`Preempted`: SIGTERM (or ``train.checkpoint.requeue_signal``)
+      arrived; a checkpoint was saved: requeue the job, or continue it with
+      ``tfgpu run --resume RUN_DIR`` (75 is sysexits' EX_TEMPFAIL, "try again")
 130   :class:`Interrupted`: Ctrl-C; the run directory is kept
 ====  =====================================================================
 """
@@ -102,6 +105,17 @@ class Interrupted(TfgpuError):
 
     exit_code = 130
     kind = "interrupted"
+
+
+class Preempted(TfgpuError):
+    """A stop signal arrived (preemption, a scheduler's warning); the run saved a checkpoint and stopped.
+
+    The job is meant to be started again: ``tfgpu run --resume RUN_DIR``
+    continues it from that checkpoint.
+    """
+
+    exit_code = 75
+    kind = "preempted"
 
 
 class WorkerError(TfgpuError):

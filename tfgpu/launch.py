@@ -37,7 +37,7 @@ from .errors import ConfigError, WorkerError
 
 #: Exit codes of tfgpu's own errors (errors.py), passed on when a worker fails with one.
 TFGPU_CODES = {3: "configuration error", 4: "device error", 5: "data error", 6: "TensorFlow already initialised",
-               7: "training failed", 8: "output error", 130: "interrupted"}
+               7: "training failed", 8: "output error", 75: "preempted", 130: "interrupted"}
 
 
 def multi_worker_overrides(cfg: Any, workers: int) -> list[str]:
@@ -282,11 +282,14 @@ class Supervisor:
         children: from :func:`prepare_run` or :func:`prepare_launch`.
         echo: where the chief's output is copied (default ``sys.stdout``).
         grace: seconds between SIGTERM and SIGKILL when stopping workers.
+        stop_wait: seconds the children may take to stop after a forwarded
+            Ctrl-C or SIGTERM (they save a checkpoint first) before they are stopped.
     """
 
     children: list[Child]
     echo: Optional[TextIO] = None
     grace: float = 5.0
+    stop_wait: float = 120.0
     processes: list[subprocess.Popen] = field(default_factory=list)
     _threads: list[threading.Thread] = field(default_factory=list)
     _interrupted: bool = False
@@ -356,17 +359,26 @@ class Supervisor:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 previous[sig] = signal.signal(sig, forward)
         failed = None
+        signalled = None
         try:
             while True:
                 codes = [p.poll() for p in self.processes]
                 # When several ended since the last look, a killed one is the likelier cause: the others
                 # usually fail because it is gone (a collective op loses its peer).
                 bad = sorted((i for i, c in enumerate(codes) if c not in (None, 0)), key=lambda i: codes[i] >= 0)
-                if bad:
+                if self._interrupted:
+                    # Every child got the signal: let each finish what it does on it (save a checkpoint and
+                    # exit 75, or stop at Ctrl-C); stop the ones still running after stop_wait seconds.
+                    signalled = signalled or time.monotonic()
+                    if all(c is not None for c in codes) or time.monotonic() - signalled > self.stop_wait:
+                        failed = bad[0] if bad else None
+                        self.stop()
+                        break
+                elif bad:
                     failed = bad[0]
                     self.stop()
                     break
-                if all(c == 0 for c in codes):
+                elif all(c == 0 for c in codes):
                     break
                 time.sleep(poll)
         finally:

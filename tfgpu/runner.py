@@ -8,6 +8,7 @@ output folder (8), local data files (5, before TensorFlow starts), the devices
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import hashlib
@@ -26,13 +27,14 @@ from . import __version__, keras_fixes
 from .config import Config, load_config
 from .data import LoadContext, prepare, source_for
 from .data.pipeline import normalization_stats, sample_batch
-from .errors import ConfigError, Interrupted, OutputError, TfgpuError, TrainingError
+from .errors import ConfigError, Interrupted, OutputError, Preempted, TfgpuError, TrainingError
 from .loops import epoch_stats_callback, progress_mode
 from .loops.custom import train_custom
 from .loops.fit import train_fit
 from .model import (build_model, check_fits, describe_model, gist, make_loss, make_metrics, make_optimizer,
                     require_model, target_of)
 from .results import check_parent, check_tensorboard, create_run_dir, replace_atomic, write_atomic, write_json
+from .resume import RESUME_ENV, check_same_shape, is_run_dir, keep_metrics, load_resumed, restart_record
 
 #: Set by ``tfgpu run --workers N`` for its workers: the run directory the chief writes.
 RUN_DIR_ENV = "TFGPU_RUN_DIR"
@@ -95,14 +97,21 @@ def load_data(cfg: Config, info: Any, source: Any, train: bool = True) -> tuple[
     return prepare(source, cfg.data, context, train)
 
 
-def _outputs(cfg: Config, recipe: Optional[str], info: Any) -> Path:
-    """The directory this process writes: the chief's new run directory (or the one the supervisor made,
-    ``TFGPU_RUN_DIR``); for another worker, a scratch directory beside it, removed when the run ends
-    (TensorFlow's documented non-chief pattern: every worker saves, since saving reads synchronised
-    variables collectively, but only the chief's files are kept)."""
+def _outputs(cfg: Config, recipe: Optional[str], info: Any, resume: Optional[Path]) -> Path:
+    """The directory this process writes: the chief's run directory (new; the one being resumed; or the one
+    the supervisor made, ``TFGPU_RUN_DIR``); for another worker, a scratch directory beside it, removed when
+    the run ends (TensorFlow's documented non-chief pattern: every worker saves, since saving reads
+    synchronised variables collectively, but only the chief's files are kept)."""
     name = cfg.output.name or (Path(recipe).stem if recipe else "run")
-    given = os.environ.get(RUN_DIR_ENV)
+    given = str(resume) if resume else os.environ.get(RUN_DIR_ENV)
     if info.is_chief:
+        if resume:
+            try:
+                resume.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise OutputError(f"--resume: cannot create the run directory {resume}: {exc.strerror or exc}.",
+                                  "name a directory this process may write.") from None
+            return resume
         if given:
             path = Path(given)
             if not path.is_dir() or (path / "config.yaml").exists():
@@ -122,32 +131,53 @@ def _outputs(cfg: Config, recipe: Optional[str], info: Any) -> Path:
     return path
 
 
-def run(recipe: Optional[str], overrides: Sequence[str] = (), output_dir: Optional[str] = None) -> RunResult:
-    """Train the recipe's model and write a new run directory.
+def _resume_target(resume: Optional[str]) -> tuple[Optional[Path], str]:
+    """The run directory to continue (``--resume``, or a restarted worker's ``TFGPU_RUN_DIR``) and why."""
+    if resume:
+        return Path(resume), "tfgpu run --resume"
+    if os.environ.get(RESUME_ENV) and os.environ.get(RUN_DIR_ENV):
+        return Path(os.environ[RUN_DIR_ENV]), os.environ[RESUME_ENV]
+    return None, ""
+
+
+def run(recipe: Optional[str], overrides: Sequence[str] = (), output_dir: Optional[str] = None,
+        resume: Optional[str] = None) -> RunResult:
+    """Train the recipe's model and write a new run directory, or continue one (``resume``).
 
     Args:
-        recipe: path of the YAML recipe (``None``: ``TFGPU_CONFIG``, else the defaults).
+        recipe: path of the YAML recipe (``None``: ``TFGPU_CONFIG``, else the
+            defaults; with ``resume``: the run's own ``config.yaml``).
         overrides: ``"section.key=value"`` strings (``--set``).
         output_dir: overrides ``output.dir``.
+        resume: a run directory to continue from its last checkpoint; one
+            that does not exist yet (or is empty) gets a new run (for job
+            scripts that are requeued).
 
     Returns:
         :class:`RunResult`.
 
     Raises:
         ConfigError, DeviceError, DataError, AlreadyInitializedError: before
-            anything is written.
+            anything is written (on resume, also: a changed setting that matters).
         TrainingError: training failed; the run directory keeps what was
             written, and ``summary.json`` says ``"status": "failed"``.
         Interrupted: Ctrl-C; likewise with ``"status": "interrupted"``.
+        Preempted: SIGTERM or the requeue signal; a checkpoint was saved
+            (``"status": "preempted"``, exit code 75).
     """
     started = time.perf_counter()
     started_at = time.time()
     extra = [f"output.dir={output_dir}"] if output_dir else []
-    cfg = load_config(recipe, overrides=[*overrides, *extra])
+    resume_dir, why = _resume_target(resume)
+    previous: Optional[dict[str, Any]] = None
+    if resume_dir is not None and is_run_dir(resume_dir):
+        cfg, previous = load_resumed(resume_dir, recipe, [*overrides, *extra])
+    else:
+        cfg = load_config(recipe, overrides=[*overrides, *extra])
     from . import setup  # noqa: PLC0415  (tfgpu/__init__.py imports nothing from here)
 
     require_model(cfg.model)
-    check_parent(cfg.output.dir)
+    check_parent(cfg.output.dir if resume_dir is None else str(resume_dir.parent))
     check_tensorboard(cfg.output.tensorboard)
     source = source_for(cfg.data, cfg.model.loss, cfg.tensorflow.seed)
     checked = time.perf_counter()
@@ -163,24 +193,41 @@ def run(recipe: Optional[str], overrides: Sequence[str] = (), output_dir: Option
     loading = time.perf_counter()
     data, pipes = load_data(cfg, info, source)
     pipes.info["seconds"] = {"check": check_seconds, "load": time.perf_counter() - loading}
+    if previous is not None:
+        check_same_shape(previous, info, pipes.steps_per_epoch)
     built = _build(cfg, info, data, pipes.steps_per_epoch)
     profile = _profile_calls(cfg, pipes.steps_per_epoch, built.per_call)
 
-    run_dir = _outputs(cfg, recipe, info)
+    run_dir = _outputs(cfg, recipe, info, resume_dir)
+    resumed = None
+    if previous is not None:
+        resumed = (resume_dir, previous, why)
     try:
-        return _run(cfg, recipe, info, data, pipes, built, profile, run_dir, started, started_at)
+        return _run(cfg, recipe, info, data, pipes, built, profile, run_dir, started, started_at, resumed)
     finally:
         if not chief:
             shutil.rmtree(run_dir, ignore_errors=True)
 
 
 def _run(cfg: Config, recipe: Optional[str], info: Any, data: Any, pipes: Any, built: _Built, profile: Any,
-         run_dir: Path, started: float, started_at: float) -> RunResult:
+         run_dir: Path, started: float, started_at: float, resumed: Optional[tuple]) -> RunResult:
     """Write the run directory, train, save and test (every worker; only the chief's directory is kept)."""
+    from . import checkpoint as ckpt  # noqa: PLC0415
+
     plan, chief = info.plan, info.is_chief
+    home = resumed[0] if resumed else run_dir  # where the chief's files are (a non-chief reads its checkpoint)
+    state = ckpt.read_state(home) if resumed else None
+    start = ckpt.Position(state["epoch"], state["step"]) if state else ckpt.Position()
     write_atomic(run_dir / "config.yaml", cfg.to_yaml())
     write_json(run_dir / "plan.json", plan.to_dict())
     summary = _summary(cfg, recipe, run_dir, started_at, info, data, pipes, built, profile)
+    kept: list[dict[str, float]] = []
+    if resumed:
+        previous, why = resumed[1], resumed[2]
+        summary["restarts"] = [*previous.get("restarts", []), restart_record(home, previous, why)]
+        summary["first_started_at"] = previous.get("first_started_at", previous.get("started_at"))
+        if chief:
+            kept = keep_metrics(run_dir, start.epoch)
     write_json(run_dir / "summary.json", summary)
     if chief:
         _banner(run_dir, info, data, pipes, built, cfg)
@@ -189,14 +236,26 @@ def _run(cfg: Config, recipe: Optional[str], info: Any, data: Any, pipes: Any, b
 
     samples = summary["data"]["train_samples"]
     stats = epoch_stats_callback(samples)
-    callbacks = [stats, keras.callbacks.CSVLogger(str(run_dir / "metrics.csv"))]
+    stats.rows.extend(kept)
+    callbacks = [stats, keras.callbacks.CSVLogger(str(run_dir / "metrics.csv"), append=True)]
     if cfg.output.tensorboard:
         callbacks.append(keras.callbacks.TensorBoard(log_dir=str(run_dir / "tensorboard"),
                                                      profile_batch=tuple(profile["calls"]) if profile else 0))
+    saver, stop = None, None
+    if cfg.train.checkpoint.enabled:
+        saver, stop = _checkpointing(cfg, info, built, pipes, run_dir, home, state, start)
+        callbacks.append(saver)
+        summary["checkpoint"] = {"dir": str(home / ckpt.CHECKPOINT_DIR), "every_epochs": cfg.train.checkpoint.every_epochs,
+                                 "every_steps": cfg.train.checkpoint.every_steps,
+                                 "restored_from": {"epoch": start.epoch, "step": start.step} if state else None}
+        if chief and state:
+            _say(f"resumed from the checkpoint at epoch {start.epoch + 1} step {start.step} "
+                 f"(global step {state['global_step']}); metrics.csv keeps epochs 1-{start.epoch}")
     progress = progress_mode(cfg.train.progress) if chief else "none"
-    finish = functools.partial(_finish, summary, stats, started, run_dir)
+    finish = functools.partial(_finish, summary, stats, started, run_dir, saver)
     try:
-        _train(cfg, info, built, pipes, callbacks, progress, summary)
+        with (stop or contextlib.nullcontext()):
+            _train(cfg, info, built, pipes, callbacks, progress, summary, start)
         if cfg.output.save_model:
             replace_atomic(run_dir / "model.keras", built.model.save, run_dir / ".model.tmp.keras",
                            "check the disk space and permissions; the run's metrics are kept.")
@@ -206,8 +265,11 @@ def _run(cfg: Config, recipe: Optional[str], info: Any, data: Any, pipes: Any, b
         raise Interrupted(
             f"interrupted after {len(stats.rows)} of {cfg.train.epochs} epochs; {run_dir} keeps the config, "
             "the metrics of the finished epochs and summary.json.",
-            "run again to train from the start.",
+            f"continue it with 'tfgpu run --resume {run_dir}'" if saver else "run again to train from the start.",
         ) from None
+    except Preempted as exc:
+        finish("preempted", str(exc))
+        raise
     except TfgpuError as exc:
         finish("failed", str(exc))
         raise
@@ -220,11 +282,40 @@ def _run(cfg: Config, recipe: Optional[str], info: Any, data: Any, pipes: Any, b
             + "; run with --debug for the traceback.",
         ) from exc
     finish("completed")
+    if saver is not None and chief and cfg.output.save_model:
+        shutil.rmtree(run_dir / ckpt.CHECKPOINT_DIR, ignore_errors=True)  # model.keras holds the result now
     final = summary["final_metrics"]
     if chief:
         _say(f"done in {summary['wall_seconds']:.1f}s: " + ", ".join(f"{k} {v:.4f}" for k, v in final.items())
              + f"; {run_dir}")
     return RunResult(run_dir, summary)
+
+
+def _checkpointing(cfg: Config, info: Any, built: _Built, pipes: Any, run_dir: Path, home: Path,
+                   state: Optional[dict], start: Any) -> tuple[Any, Any]:
+    """The checkpoint callback and the stop-signal watcher; restores ``state`` first (every worker)."""
+    from . import checkpoint as ckpt  # noqa: PLC0415
+
+    settings, chief = cfg.train.checkpoint, info.is_chief
+    write_dir = run_dir / ckpt.CHECKPOINT_DIR
+    with info.strategy.scope():
+        if cfg.train.loop == "fit":
+            files = ckpt.FitFiles(built.model, write_dir)
+        else:
+            files = ckpt.CustomFiles(built.model, built.optimizer, write_dir)
+        if state is not None:
+            files.restore(state, home / ckpt.CHECKPOINT_DIR)
+    stop = ckpt.StopSignals(settings.requeue_signal)
+
+    def on_stop(saved: dict) -> str:
+        job = os.environ.get("SLURM_JOB_ID")
+        return ckpt.requeue(job) if job else "no Slurm job to requeue (SLURM_JOB_ID is not set)"
+
+    agree = ckpt.agreement(info.strategy) if info.plan.num_workers > 1 else None
+    saver = ckpt.checkpoint_callback(files, write_dir, chief, pipes.steps_per_epoch, cfg.train.epochs,
+                                     settings.every_epochs, settings.every_steps, start, cfg.train.loop, stop, agree,
+                                     on_stop)
+    return saver, stop
 
 
 def _build(cfg: Config, info: Any, data: Any, steps_per_epoch: int) -> _Built:
@@ -372,16 +463,16 @@ def _banner(run_dir: Path, info: Any, data: Any, pipes: Any, built: _Built, cfg:
 
 
 def _train(cfg: Config, info: Any, built: _Built, pipes: Any, callbacks: list, progress: str,
-           summary: dict[str, Any]) -> None:
+           summary: dict[str, Any], start: Any) -> None:
     if cfg.train.loop == "fit":
-        train_fit(built.model, pipes.train, pipes.validation, cfg.train.epochs, pipes.steps_per_epoch, callbacks,
-                  progress, cfg.train.terminate_on_nan)
+        train_fit(built.model, pipes.train_epochs, pipes.validation, cfg.train.epochs, pipes.steps_per_epoch,
+                  callbacks, progress, cfg.train.terminate_on_nan, (start.epoch, start.step))
     else:
         summary["traces"] = train_custom(
-            info.strategy, built.model, built.optimizer, built.loss, built.metrics, built.val_metrics, pipes.train,
-            pipes.validation, cfg.train.epochs, pipes.steps_per_epoch, pipes.validation_steps, callbacks, progress,
-            jit_compile=info.plan.jit_compile, terminate_on_nan=cfg.train.terminate_on_nan,
-            steps_per_execution=built.per_call)
+            info.strategy, built.model, built.optimizer, built.loss, built.metrics, built.val_metrics,
+            pipes.train_epochs, pipes.validation, cfg.train.epochs, pipes.steps_per_epoch, pipes.validation_steps,
+            callbacks, progress, jit_compile=info.plan.jit_compile, terminate_on_nan=cfg.train.terminate_on_nan,
+            steps_per_execution=built.per_call, start=(start.epoch, start.step))
 
 
 def evaluate_split(model: Any, dataset: Any, steps: int) -> dict[str, float]:
@@ -420,9 +511,13 @@ def resolve_steps_per_execution(setting: Any, steps_per_epoch: int) -> int:
     return next(d for d in range(min(wanted, steps_per_epoch), steps_per_epoch + 1) if steps_per_epoch % d == 0)
 
 
-def _finish(summary: dict[str, Any], stats: Any, started: float, run_dir: Path, status: str,
+def _finish(summary: dict[str, Any], stats: Any, started: float, run_dir: Path, saver: Any, status: str,
             error: Optional[str] = None) -> None:
     rows = stats.rows
+    if saver is not None:
+        saves = saver.saves
+        summary["checkpoint"].update(saves=len(saves), save_seconds_median=statistics.median(saves) if saves else None,
+                                     save_seconds_max=max(saves) if saves else None)
     summary["status"] = status
     summary["epochs"] = rows
     summary["epochs_completed"] = len(rows)
@@ -442,59 +537,119 @@ def _finish(summary: dict[str, Any], stats: Any, started: float, run_dir: Path, 
     write_json(run_dir / "summary.json", summary)
 
 
-def run_workers(recipe: Optional[str], overrides: Sequence[str], output_dir: Optional[str], workers: int) -> RunResult:
-    """``tfgpu run RECIPE --workers N``: N local worker processes on 127.0.0.1, supervised.
+def _restartable(outcome: Any) -> bool:
+    """A failure that a restart from the checkpoint can get past: a worker killed by a signal or crashed, not one
+    of tfgpu's own errors (which would happen again), a preemption or an interruption."""
+    code = outcome.codes[outcome.failed]
+    return not outcome.interrupted and (code < 0 or code not in (3, 4, 5, 6, 7, 8, 75, 130))
+
+
+def run_workers(recipe: Optional[str], overrides: Sequence[str], output_dir: Optional[str], workers: int,
+                resume: Optional[str] = None, max_restarts: int = 3) -> RunResult:
+    """``tfgpu run RECIPE --workers N``: N local worker processes on 127.0.0.1, supervised and restarted.
 
     Everything a user can get wrong in the recipe, the output folder or local
     data files is checked here first, before any worker starts. Then one run
-    directory is made; the workers (``python -m tfgpu run``, each with its
-    ``TF_CONFIG``) train under MultiWorkerMirroredStrategy; the chief writes
-    the run directory, every worker's output goes to
-    ``RUN_DIR/workers/worker-<i>.log`` (the chief's also to this terminal).
+    directory is made (or ``resume``'s is reopened); the workers (``python -m
+    tfgpu run``, each with its ``TF_CONFIG``) train under
+    MultiWorkerMirroredStrategy; the chief writes the run directory, every
+    worker's output goes to ``RUN_DIR/workers/worker-<i>.log`` (the chief's
+    also to this terminal). When a worker is killed or crashes, the others are
+    stopped and the group starts again from the last checkpoint, up to
+    ``max_restarts`` times (like torchrun's ``--max-restarts``); each restart
+    is recorded in ``summary.json`` (``restarts``) and ``workers/workers.json``.
 
     Raises:
         ConfigError, DataError, OutputError: before any worker starts.
-        WorkerError: a worker failed; the others were stopped; the message
+        WorkerError: a worker failed and no restart was left (or the failure
+            was one a restart repeats: tfgpu's own error codes); the message
             names it, how it ended and its log (exit code: the worker's own
             tfgpu code, else 10).
+        Preempted: SIGTERM reached the workers; they saved a checkpoint (75).
     """
     from .launch import Supervisor, free_ports, load_for_workers, prepare_run  # noqa: PLC0415
 
     extra = [f"output.dir={output_dir}"] if output_dir else []
+    resume_dir = Path(resume) if resume else None
+    resuming = resume_dir is not None and is_run_dir(resume_dir)
+    if resuming and recipe is None:
+        recipe = str(resume_dir / "config.yaml")
     cfg, overrides = load_for_workers(recipe, [*overrides, *extra], workers)
+    if resuming:
+        load_resumed(resume_dir, recipe, overrides)  # a changed setting is refused before any worker starts
     require_model(cfg.model)
-    check_parent(cfg.output.dir)
+    check_parent(cfg.output.dir if resume_dir is None else str(resume_dir.parent))
     check_tensorboard(cfg.output.tensorboard)
     source_for(cfg.data, cfg.model.loss, cfg.tensorflow.seed).check()
-    run_dir = create_run_dir(cfg.output.dir, cfg.output.name or (Path(recipe).stem if recipe else "run"))
-    children = prepare_run(recipe, overrides, workers, free_ports(workers), run_dir, dict(os.environ))
+    if resume_dir is not None:
+        try:
+            resume_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise OutputError(f"--resume: cannot create the run directory {resume_dir}: {exc.strerror or exc}.",
+                              "name a directory this process may write.") from None
+        run_dir = resume_dir
+    else:
+        run_dir = create_run_dir(cfg.output.dir, cfg.output.name or (Path(recipe).stem if recipe else "run"))
+    env = dict(os.environ)
+    env.pop(RESUME_ENV, None)
+    if resuming:
+        env[RESUME_ENV] = "tfgpu run --resume"
     _say(f"{workers} workers on 127.0.0.1 (MultiWorkerMirroredStrategy); run directory {run_dir}; "
          f"worker logs in {run_dir / 'workers'}")
-    supervisor = Supervisor(children)
-    supervisor.start()
-
-    def record(codes: list, failed: Optional[int] = None, seconds: Optional[float] = None) -> None:
-        write_json(run_dir / "workers" / "workers.json", {
-            "workers": [{"index": c.index, "pid": p.pid, "exit_code": code, "log": str(c.log),
-                         "TF_CONFIG": c.env["TF_CONFIG"]} for c, p, code in zip(children, supervisor.processes, codes)],
-            "failed": failed, "seconds": seconds})
-
-    record([None] * workers)  # the pids, while they run
-    outcome = supervisor.wait()
-    record(outcome.codes, outcome.failed, outcome.seconds)
-    for scratch in run_dir.parent.glob(f"{run_dir.name}.worker-*.tmp"):  # a killed worker could not remove its own
-        shutil.rmtree(scratch, ignore_errors=True)
+    attempts: list[dict[str, Any]] = []
+    while True:
+        children = prepare_run(recipe, overrides, workers, free_ports(workers), run_dir, env)
+        supervisor = Supervisor(children)
+        supervisor.start()
+        attempt = {"workers": [{"index": c.index, "pid": p.pid, "exit_code": None, "log": str(c.log),
+                                "TF_CONFIG": c.env["TF_CONFIG"]} for c, p in zip(children, supervisor.processes)],
+                   "resumed": RESUME_ENV in env}
+        attempts.append(attempt)
+        _record_workers(run_dir, attempts)  # the pids, while they run
+        outcome = supervisor.wait()
+        for w, code in zip(attempt["workers"], outcome.codes):
+            w["exit_code"] = code
+        attempt.update(failed=outcome.failed, seconds=outcome.seconds)
+        _record_workers(run_dir, attempts)
+        for scratch in run_dir.parent.glob(f"{run_dir.name}.worker-*.tmp"):  # a killed worker could not remove its own
+            shutil.rmtree(scratch, ignore_errors=True)
+        if outcome.failed is None or not _restartable(outcome) or len(attempts) > max_restarts:
+            break
+        error = supervisor.failure(outcome, "tfgpu run --workers")
+        why = error.message.split("\n")[0]
+        attempt["restarted_because"] = why
+        _record_workers(run_dir, attempts)
+        _say(f"{why}\ntfgpu: restarting the {workers} workers from the last checkpoint "
+             f"(restart {len(attempts)} of at most {max_restarts})")
+        env[RESUME_ENV] = why
     summary_path = run_dir / "summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {"status": "failed"}
     if outcome.failed is not None:
+        if all(c == 75 for c in outcome.codes):
+            raise Preempted(f"the workers saved a checkpoint and stopped (SIGTERM); {run_dir} keeps the run.",
+                            f"continue with 'tfgpu run --resume {run_dir} --workers {workers}' "
+                            "(exit code 75 means: run this job again).")
         error = supervisor.failure(outcome, "tfgpu run --workers")
         if summary.get("status") == "running":  # the chief was stopped before it could say so
             summary.update(status="interrupted" if outcome.interrupted else "failed", error=error.message)
         summary["worker_error"] = error.message
+        if len(attempts) > 1:
+            summary["worker_restarts_exhausted"] = _restartable(outcome)
         if summary_path.exists() or run_dir.exists():
             write_json(summary_path, summary)
         if outcome.interrupted and outcome.exit_code == 130:
             raise Interrupted(f"interrupted; {run_dir} keeps what was written and every worker's log.",
-                              "run again to train from the start.")
+                              f"continue with 'tfgpu run --resume {run_dir} --workers {workers}'.")
+        if _restartable(outcome):
+            error.hint = (f"read the worker's log for the cause; {len(attempts) - 1} restart(s) were used "
+                          f"(--max-restarts {max_restarts}); continue with 'tfgpu run --resume {run_dir} "
+                          f"--workers {workers}'.")
         raise error
     return RunResult(run_dir, summary)
+
+
+def _record_workers(run_dir: Path, attempts: list[dict[str, Any]]) -> None:
+    """``RUN_DIR/workers/workers.json``: each start of the group (pids, TF_CONFIG, exit codes, why it restarted);
+    ``workers`` is the last one's."""
+    write_json(run_dir / "workers" / "workers.json", {**{k: v for k, v in attempts[-1].items()},
+                                                     "restarts": len(attempts) - 1, "attempts": attempts})

@@ -663,6 +663,38 @@ class ModelConfig(_Section):
         return self.layers is not None or self.builder is not None
 
 
+#: Signals ``train.checkpoint.requeue_signal`` may name (Slurm's ``--signal`` sends one before the time limit).
+REQUEUE_SIGNALS = ("SIGUSR1", "SIGUSR2", "SIGHUP", "SIGALRM")
+
+
+class CheckpointConfig(_Section):
+    """Checkpoints, resume and preemption (``train.checkpoint``; ``false`` turns it off).
+
+    Attributes:
+        enabled: save checkpoints into ``RUN_DIR/checkpoint/`` so that
+            ``tfgpu run --resume RUN_DIR`` (and worker restarts) continue a
+            killed run; and stop at SIGTERM with a checkpoint (exit code 75).
+            ``fit``: ``keras.callbacks.BackupAndRestore(double_checkpoint=True)``
+            writes the files; ``custom``: ``tf.train.CheckpointManager``
+            (``max_to_keep=2``). On by default: one save of the MNIST recipe's
+            model costs milliseconds (docs/checkpoints.md has the figures).
+        every_epochs: save at the end of every N-th epoch (and the last).
+        every_steps: also save every N training steps (at the first
+            ``steps_per_execution`` call boundary on or after each N); ``null``:
+            at epoch ends only.
+        requeue_signal: the signal that means "the scheduler will stop this
+            job soon" (Slurm: ``#SBATCH --signal=USR1@120``): save at the next
+            call boundary, ask Slurm to requeue the job (``scontrol requeue
+            $SLURM_JOB_ID``) and exit with 75; ``null``: not handled. SIGTERM
+            always saves and exits with 75.
+    """
+
+    enabled: bool = True
+    every_epochs: int = Field(1, ge=1, le=100_000)
+    every_steps: Optional[int] = Field(None, ge=1, le=10**9)
+    requeue_signal: Optional[Literal[REQUEUE_SIGNALS]] = "SIGUSR1"
+
+
 class TrainConfig(_Section):
     """The training loop.
 
@@ -690,6 +722,7 @@ class TrainConfig(_Section):
             TensorBoard logs (``keras.callbacks.TensorBoard(profile_batch=...)``);
             needs ``output.tensorboard: true``. With several steps per call,
             the whole calls holding those steps are profiled.
+        checkpoint: :class:`CheckpointConfig` (``true``/``false``: on/off with the defaults).
     """
 
     loop: Literal["fit", "custom"] = "fit"
@@ -700,6 +733,12 @@ class TrainConfig(_Section):
     terminate_on_nan: bool = True
     steps_per_execution: Union[Literal["auto"], int] = "auto"
     profile_steps: Optional[list[int]] = None
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+
+    @field_validator("checkpoint", mode="before")
+    @classmethod
+    def _checkpoint_switch(cls, value: Any) -> Any:
+        return {"enabled": value} if isinstance(value, bool) else value
 
     @field_validator("profile_steps", mode="before")
     @classmethod

@@ -59,6 +59,11 @@ class Pipelines:
 
     Attributes:
         train: global batches ``(x float32 (batch, *input_shape), y (batch, *target_shape))``, one pass.
+        train_epochs: ``(epochs, skip) -> dataset``: ``epochs`` passes of ``train`` (each reshuffled), less
+            the first ``skip`` batches, the one dataset a loop reads for a whole run. Resuming from global
+            step ``skip`` reads exactly the batches an uninterrupted run reads from there when
+            ``tensorflow.seed`` is set; the skipped batches are not transformed (in memory: only their
+            sample indices are drawn), so skipping is cheap.
         validation, test: the same, in a fixed order, or ``None``.
         steps_per_epoch, validation_steps, test_steps: batches in one pass of each (0 when absent).
         info: what was done, for the run summary: ``cache`` (per split: memory,
@@ -72,6 +77,7 @@ class Pipelines:
     validation_steps: int
     test_steps: int
     info: dict[str, Any] = field(default_factory=dict)
+    train_epochs: Any = None
 
 
 def options(policy: str = "DATA") -> Any:
@@ -316,6 +322,7 @@ def normalization_stats(data: Data) -> tuple[np.ndarray, np.ndarray]:
 
 def _in_memory(split: Split, spec: DataSpec, global_batch: int, opts: Any, train: bool,
                shuffle_buffer: Optional[int], seed: Optional[int], cache: bool) -> Any:
+    """A split held in memory: the validation/test dataset, or for training ``(epochs, skip) -> dataset``."""
     import tensorflow as tf  # noqa: PLC0415
 
     apply = transform(spec)
@@ -323,39 +330,52 @@ def _in_memory(split: Split, spec: DataSpec, global_batch: int, opts: Any, train
     if train:
         x = tf.constant(split.x)
         y = tf.constant(split.y)
-        ds = tf.data.Dataset.range(n).shuffle(shuffle_buffer or n, seed=seed, reshuffle_each_iteration=True)
-        ds = ds.batch(global_batch).map(lambda i: apply(tf.gather(x, i), tf.gather(y, i)),
-                                        num_parallel_calls=tf.data.AUTOTUNE)
-    else:
-        ds = tf.data.Dataset.from_tensor_slices((split.x, split.y)).batch(global_batch)
-        ds = ds.map(apply, num_parallel_calls=tf.data.AUTOTUNE)
-        if cache:
-            ds = ds.cache()
+        indices = tf.data.Dataset.range(n).shuffle(shuffle_buffer or n, seed=seed, reshuffle_each_iteration=True)
+        indices = indices.batch(global_batch)
+
+        def epochs_of(epochs: int, skip: int = 0) -> Any:
+            ds = indices.repeat(epochs).skip(skip)  # a skipped batch costs its indices only
+            ds = ds.map(lambda i: apply(tf.gather(x, i), tf.gather(y, i)), num_parallel_calls=tf.data.AUTOTUNE)
+            return ds.prefetch(tf.data.AUTOTUNE).with_options(opts)
+
+        return epochs_of
+    ds = tf.data.Dataset.from_tensor_slices((split.x, split.y)).batch(global_batch)
+    ds = ds.map(apply, num_parallel_calls=tf.data.AUTOTUNE)
+    if cache:
+        ds = ds.cache()
     return ds.prefetch(tf.data.AUTOTUNE).with_options(opts)
 
 
 def _streamed(split: Split, spec: DataSpec, data_cfg: DataConfig, global_batch: int, opts: Any, train: bool,
               seed: Optional[int]) -> Any:
+    """A streamed split: the validation/test dataset, or for training ``(epochs, skip) -> dataset``."""
     import tensorflow as tf  # noqa: PLC0415
 
     apply = transform(spec)
     if split.batches is not None:
-        ds = split.batches().map(apply, num_parallel_calls=tf.data.AUTOTUNE)
+        ds = split.batches()
         if data_cfg.cache is True and not train:
-            ds = ds.cache()
-        return ds.prefetch(tf.data.AUTOTUNE).with_options(opts)
-    reader = split.reader
-    on_disk = isinstance(data_cfg.cache, str)
-    # Cached on disk, the order is fixed by the cache; otherwise the reader reshuffles its files.
-    ds = reader.dataset(shuffle=train and not on_disk, seed=seed)
-    if on_disk:
-        prefix = _cache_dir(data_cfg.cache, data_cfg, split)
-        prefix.parent.mkdir(parents=True, exist_ok=True)
-        ds = ds.cache(str(prefix))
-    if train and (on_disk or not reader.shuffles):
-        ds = ds.shuffle(data_cfg.shuffle_buffer or STREAM_SHUFFLE_BUFFER, seed=seed, reshuffle_each_iteration=True)
-    ds = ds.batch(global_batch).map(apply, num_parallel_calls=tf.data.AUTOTUNE)
-    return ds.prefetch(tf.data.AUTOTUNE).with_options(opts)
+            ds = ds.map(apply, num_parallel_calls=tf.data.AUTOTUNE).cache()
+            return ds.prefetch(tf.data.AUTOTUNE).with_options(opts)
+    else:
+        reader = split.reader
+        on_disk = isinstance(data_cfg.cache, str)
+        # Cached on disk, the order is fixed by the cache; otherwise the reader reshuffles its files.
+        ds = reader.dataset(shuffle=train and not on_disk, seed=seed)
+        if on_disk:
+            prefix = _cache_dir(data_cfg.cache, data_cfg, split)
+            prefix.parent.mkdir(parents=True, exist_ok=True)
+            ds = ds.cache(str(prefix))
+        if train and (on_disk or not reader.shuffles):
+            ds = ds.shuffle(data_cfg.shuffle_buffer or STREAM_SHUFFLE_BUFFER, seed=seed, reshuffle_each_iteration=True)
+        ds = ds.batch(global_batch)
+    batches = ds
+
+    def epochs_of(epochs: int, skip: int = 0) -> Any:
+        ds = batches.repeat(epochs).skip(skip)  # a skipped batch is read, not transformed
+        return ds.map(apply, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE).with_options(opts)
+
+    return epochs_of if train else epochs_of(1)
 
 
 def build_pipelines(data: Data, data_cfg: DataConfig, global_batch: int, seed: Optional[int] = None,
@@ -387,8 +407,8 @@ def build_pipelines(data: Data, data_cfg: DataConfig, global_batch: int, seed: O
         steps = split.size if split.batches is not None else math.ceil(split.size / global_batch)
         return ds, steps
 
-    train, steps = make(data.train, True)
+    train_epochs, steps = make(data.train, True)
     validation, validation_steps = make(data.validation, False)
     test, test_steps = make(data.test, False)
-    return Pipelines(train, validation, test, steps, validation_steps, test_steps,
-                     {"sharding": {"policy": policy, "reason": why}})
+    return Pipelines(train_epochs(1), validation, test, steps, validation_steps, test_steps,
+                     {"sharding": {"policy": policy, "reason": why}}, train_epochs)

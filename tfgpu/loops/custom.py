@@ -29,9 +29,9 @@ _LAST_ITERATORS: list = []
 
 
 def train_custom(strategy: Any, model: Any, optimizer: Any, loss_fn: Any, metrics: list, val_metrics: list,
-                 train: Any, val: Any, epochs: int, steps_per_epoch: int, validation_steps: int, callbacks: list,
-                 progress: str, jit_compile: bool = False, terminate_on_nan: bool = True,
-                 steps_per_execution: int = 1) -> dict[str, int]:
+                 train_epochs: Any, val: Any, epochs: int, steps_per_epoch: int, validation_steps: int,
+                 callbacks: list, progress: str, jit_compile: bool = False, terminate_on_nan: bool = True,
+                 steps_per_execution: int = 1, start: tuple[int, int] = (0, 0)) -> dict[str, int]:
     """Train with a custom distributed loop.
 
     Args:
@@ -41,8 +41,9 @@ def train_custom(strategy: Any, model: Any, optimizer: Any, loss_fn: Any, metric
         optimizer: a Keras optimizer (a ``LossScaleOptimizer`` under ``mixed_float16``).
         loss_fn: a ``keras.losses.Loss`` with ``reduction=None`` (per-example).
         metrics, val_metrics: Keras metrics for training and validation.
-        train, val: finite ``tf.data`` datasets of global batches ``(x, y)``
-            (repeated here; each epoch reads one pass of each); ``val`` may be ``None``.
+        train_epochs: ``(epochs, skip) -> dataset`` of global batches ``(x, y)``
+            (:attr:`tfgpu.data.pipeline.Pipelines.train_epochs`).
+        val: a finite dataset of global batches, read once per epoch, or ``None``.
         epochs: passes over ``train``.
         steps_per_epoch, validation_steps: the number of batches in ``train``
             and in ``val`` (exactly: the iterators are not read past them).
@@ -54,6 +55,10 @@ def train_custom(strategy: Any, model: Any, optimizer: Any, loss_fn: Any, metric
         terminate_on_nan: stop at the end of an epoch whose loss is NaN or
             infinite (``train.terminate_on_nan``, as ``TerminateOnNaN`` does for ``fit``).
         steps_per_execution: training steps per ``tf.function`` call (>= 1).
+        start: ``(epoch, step)`` to start from, counted from 0 (a checkpoint's
+            position): the first epoch runs its remaining steps, on the batches
+            an uninterrupted run reads there. Batch callbacks get indices
+            counted from that start, as ``fit`` gives them.
 
     Returns:
         How many times each step function was traced:
@@ -72,8 +77,11 @@ def train_custom(strategy: Any, model: Any, optimizer: Any, loss_fn: Any, metric
     # One iterator each for the whole run, over the datasets repeated once per epoch, read
     # exactly one epoch's batches per epoch: no MirroredStrategy iterator is built and torn
     # down per epoch (0.1-0.4 s each on 2 CPU cores, measured).
-    train_batches = iter(strategy.experimental_distribute_dataset(train.repeat(epochs)))
-    val_batches = iter(strategy.experimental_distribute_dataset(val.repeat(epochs))) if val is not None else None
+    first_epoch, first_step = start
+    skip = first_epoch * steps_per_epoch + first_step
+    train_batches = iter(strategy.experimental_distribute_dataset(train_epochs(epochs, skip)))
+    val_batches = (iter(strategy.experimental_distribute_dataset(val.repeat(epochs - first_epoch)))
+                   if val is not None else None)
     scales_loss = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
     with strategy.scope():
         loss_tracker = keras.metrics.Mean(name="loss")
@@ -125,18 +133,19 @@ def train_custom(strategy: Any, model: Any, optimizer: Any, loss_fn: Any, metric
 
     cbs = keras.callbacks.CallbackList(callbacks, add_history=False, add_progbar=False, model=model)
     cbs.on_train_begin()
-    for epoch in range(epochs):
+    for epoch in range(first_epoch, epochs):
         started = time.perf_counter()
         cbs.on_epoch_begin(epoch)
-        bar = keras.utils.Progbar(steps_per_epoch) if progress == "bar" else None
+        steps = steps_per_epoch - (first_step if epoch == first_epoch else 0)
+        bar = keras.utils.Progbar(steps) if progress == "bar" else None
         if bar is not None:
             print(f"Epoch {epoch + 1}/{epochs}")
         for m in train_trackers + val_trackers:
             m.reset_state()
         done = 0
-        while done < steps_per_epoch:
+        while done < steps:
             # The step count is a tensor, so a shorter last call is not a new trace.
-            n = min(steps_per_execution, steps_per_epoch - done)
+            n = min(steps_per_execution, steps - done)
             cbs.on_train_batch_begin(done)
             train_steps(train_batches, tf.constant(n, tf.int32))
             done += n

@@ -9,25 +9,31 @@ from . import check_loss
 VERBOSE = {"bar": 1, "epoch": 2, "none": 0}
 
 
-def train_fit(model: Any, train: Any, val: Any, epochs: int, steps_per_epoch: int, callbacks: list, progress: str, terminate_on_nan: bool = True) -> None:
-    """Train a compiled model with ``model.fit``.
+def train_fit(model: Any, train_epochs: Any, val: Any, epochs: int, steps_per_epoch: int, callbacks: list,
+              progress: str, terminate_on_nan: bool = True, start: tuple[int, int] = (0, 0)) -> None:
+    """Train a compiled model with ``model.fit``, from the start or from a checkpoint's position.
 
     Args:
         model: a model compiled inside the strategy's scope.
-        train, val: finite ``tf.data`` datasets of global batches ``(x, y)``;
-            Keras splits each global batch across the replicas.
-        epochs: passes over ``train``.
-        steps_per_epoch: the number of batches in one pass of ``train``; it
-            must be a multiple of the model's ``steps_per_execution``. The
-            training set is repeated and fit is given this count, so Keras keeps
-            one iterator for the whole run instead of building a new distributed
-            iterator every epoch (0.1-0.4 s each with MirroredStrategy on 2 CPU
-            cores, measured). Validation reads ``val`` to its end each epoch;
-            ``val`` may be ``None`` (no validation).
-        callbacks: Keras callbacks (CSVLogger, ...).
+        train_epochs: ``(epochs, skip) -> dataset`` of global batches ``(x, y)``
+            (:attr:`tfgpu.data.pipeline.Pipelines.train_epochs`); Keras splits
+            each global batch across the replicas. fit reads one dataset of all
+            the epochs with ``steps_per_epoch``, so Keras keeps one iterator for
+            the whole run instead of building a distributed iterator every
+            epoch (0.1-0.4 s each with MirroredStrategy on 2 CPU cores, measured).
+        val: a finite dataset read to its end each epoch, or ``None``.
+        epochs: passes over the training set.
+        steps_per_epoch: batches in one pass; a multiple of the model's ``steps_per_execution``.
+        callbacks: Keras callbacks (CSVLogger with ``append=True``: a resumed
+            run calls fit twice).
         progress: ``"bar"``, ``"epoch"`` or ``"none"``.
         terminate_on_nan: stop at the first NaN or infinite batch loss
             (``keras.callbacks.TerminateOnNaN``).
+        start: ``(epoch, step)`` to start from, both counted from 0: epochs
+            before ``epoch`` and the first ``step`` steps of it are done (a
+            checkpoint's position). fit cannot start inside an epoch, so the
+            rest of that epoch is one fit call of ``steps_per_epoch - step``
+            steps (its training metrics cover those steps), the later epochs another.
 
     Raises:
         TrainingError: the loss became NaN or infinite (with ``terminate_on_nan``).
@@ -38,9 +44,17 @@ def train_fit(model: Any, train: Any, val: Any, epochs: int, steps_per_epoch: in
         import keras  # noqa: PLC0415
 
         callbacks = [*callbacks, keras.callbacks.TerminateOnNaN()]
-    # The dataset is shuffled by tf.data, so fit must not try to shuffle it.
-    history = model.fit(train.repeat(epochs), validation_data=val, epochs=epochs, steps_per_epoch=steps_per_epoch,
-                        callbacks=callbacks, verbose=VERBOSE[progress], shuffle=False)
-    losses = history.history.get("loss", [])
-    if terminate_on_nan and losses:
-        check_loss(float(losses[-1]), len(losses), " (keras.callbacks.TerminateOnNaN)")
+    epoch, step = start
+    calls = []
+    if step:
+        calls.append((epoch, epoch + 1, steps_per_epoch - step, epoch * steps_per_epoch + step))
+        epoch += 1
+    if epoch < epochs:
+        calls.append((epoch, epochs, steps_per_epoch, epoch * steps_per_epoch))
+    for first, end, steps, skip in calls:
+        # The dataset is shuffled by tf.data, so fit must not try to shuffle it.
+        history = model.fit(train_epochs(epochs, skip), validation_data=val, initial_epoch=first, epochs=end,
+                            steps_per_epoch=steps, callbacks=callbacks, verbose=VERBOSE[progress], shuffle=False)
+        losses = history.history.get("loss", [])
+        if terminate_on_nan and losses:
+            check_loss(float(losses[-1]), first + len(losses), " (keras.callbacks.TerminateOnNaN)")

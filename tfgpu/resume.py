@@ -1,0 +1,142 @@
+"""``tfgpu run --resume RUN_DIR``: reopen a run directory, check it may continue, and record the restart.
+
+None of this imports TensorFlow. The checkpoint itself is :mod:`tfgpu.checkpoint`'s.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import time
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from .checkpoint import CHECKPOINT_DIR, PROGRESS_FILE, read_json, read_state
+from .config import Config, load_config
+from .errors import ConfigError, OutputError
+
+#: Settings a resumed run may change: they do not change what is trained or on what.
+MAY_CHANGE = ("train.progress", "train.checkpoint", "train.profile_steps", "train.terminate_on_nan", "output",
+              "tensorflow.log_level")
+#: Set (to why) for the workers of a restarted ``tfgpu run --workers N`` group: resume ``TFGPU_RUN_DIR``.
+RESUME_ENV = "TFGPU_RESUME"
+
+
+def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(data, dict):
+        out: dict[str, Any] = {}
+        for key, value in data.items():
+            out.update(_flat(value, f"{prefix}{key}."))
+        return out
+    return {prefix[:-1]: data}
+
+
+def changed_settings(saved: Config, now: Config) -> list[tuple[str, Any, Any]]:
+    """``(key, saved value, new value)`` for each setting that differs and matters (not in :data:`MAY_CHANGE`)."""
+    before, after = _flat(saved.to_dict()), _flat(now.to_dict())
+    keys = sorted(set(before) | set(after))
+    return [(k, before.get(k), after.get(k)) for k in keys
+            if before.get(k) != after.get(k) and not any(k == m or k.startswith(m + ".") for m in MAY_CHANGE)]
+
+
+def is_run_dir(path: Path) -> bool:
+    """``path`` holds a run (its ``config.yaml``)."""
+    return (path / "config.yaml").is_file()
+
+
+def load_resumed(run_dir: Path, recipe: Optional[str], overrides: Sequence[str]) -> tuple[Config, dict[str, Any]]:
+    """The config to continue ``run_dir`` with, and its last ``summary.json``.
+
+    The config is the run's ``config.yaml`` (or ``recipe``, when given) with
+    ``overrides``; it must equal the saved one except for :data:`MAY_CHANGE`.
+
+    Raises:
+        ConfigError: a setting that matters differs (each is named, with both values).
+        OutputError: the run already completed, or its files cannot be read.
+    """
+    saved = load_config(str(run_dir / "config.yaml"))
+    cfg = load_config(recipe or str(run_dir / "config.yaml"), overrides=overrides)
+    changed = changed_settings(saved, cfg)
+    if changed:
+        listed = "; ".join(f"{k}: {a!r} in the run, {b!r} now" for k, a, b in changed[:6])
+        raise ConfigError(
+            f"--resume {run_dir}: {len(changed)} setting(s) differ from the run's config.yaml ({listed}): the "
+            "checkpoint was trained with the saved values, and continuing with others would mix two runs.",
+            "resume with the run's own settings (drop the recipe and --set), or start a new run. Only "
+            + ", ".join(MAY_CHANGE) + " may change.")
+    summary = read_json(run_dir / "summary.json") or {}
+    if summary.get("status") == "completed":
+        raise OutputError(f"--resume {run_dir}: the run already completed ({summary.get('epochs_completed')} epochs); "
+                          "there is nothing to continue.", "start a new run: tfgpu run RECIPE.")
+    return cfg, summary
+
+
+def check_same_shape(summary: dict[str, Any], info: Any, steps_per_epoch: int) -> None:
+    """The resumed process trains with the replicas, global batch and epoch length the run had.
+
+    Raises:
+        ConfigError: they differ (another number of GPUs or workers), naming both.
+    """
+    now = {"num_replicas": info.num_replicas, "global_batch_size": info.global_batch_size,
+           "steps_per_epoch": steps_per_epoch}
+    differ = [(k, summary[k], v) for k, v in now.items() if k in summary and summary[k] != v]
+    if differ:
+        listed = "; ".join(f"{k} {a} in the run, {b} now" for k, a, b in differ)
+        workers = summary.get("num_workers") or 1
+        raise ConfigError(
+            f"--resume: this process would train differently from the run ({listed}): the devices or workers "
+            "differ, so the steps in the checkpoint would not mean the same samples.",
+            f"resume on the same devices: the run had {summary.get('num_replicas')} replica(s) on {workers} "
+            f"worker(s){' (tfgpu run --resume RUN_DIR --workers %d)' % workers if workers > 1 else ''}.")
+
+
+def keep_metrics(run_dir: Path, epochs: int) -> list[dict[str, float]]:
+    """Cut ``metrics.csv`` to its first ``epochs`` epochs (a later row is redone); returns those rows.
+
+    Rows of epochs the checkpoint does not hold would be written again, so
+    they are dropped; the file keeps its header.
+    """
+    path = run_dir / "metrics.csv"
+    if not path.exists():
+        return []
+    with open(path, newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+        fields = list(rows[0].keys()) if rows else None
+    kept = [r for r in rows if int(float(r["epoch"])) < epochs]
+    if fields is not None:
+        out = io.StringIO()
+        writer = csv.DictWriter(out, fieldnames=fields, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(kept)
+        tmp = path.with_name(".metrics.csv.tmp")
+        tmp.write_text(out.getvalue(), encoding="utf-8")
+        tmp.replace(path)
+    return [{k: (int(float(v)) if k == "epoch" else float(v)) for k, v in r.items() if v not in ("", None)}
+            for r in kept]
+
+
+def restart_record(run_dir: Path, summary: dict[str, Any], why: str) -> dict[str, Any]:
+    """What ``summary.json``'s ``restarts`` gets for this resume: from where, and what the stop cost.
+
+    ``redo_steps``/``redo_seconds``: training since the last checkpoint that
+    is done again (from the chief's ``progress.json``, written at most every
+    0.2 s, so up to that much more); ``down_seconds``: from the last progress
+    to this restart.
+    """
+    state = read_state(run_dir)
+    progress = read_json(run_dir / CHECKPOINT_DIR / PROGRESS_FILE)
+    now = time.time()
+    record: dict[str, Any] = {
+        "number": len(summary.get("restarts", [])) + 1, "at": now, "why": why,
+        "previous_status": summary.get("status"), "previous_error": summary.get("error"),
+        "from": ({k: state[k] for k in ("epoch", "step", "global_step", "saved_at", "reason")} if state
+                 else {"epoch": 0, "step": 0, "global_step": 0, "saved_at": None, "reason": "no checkpoint yet"}),
+    }
+    if progress is not None:
+        done = record["from"]["global_step"]
+        record["last_progress"] = progress
+        record["redo_steps"] = max(0, progress["global_step"] - done)
+        record["redo_seconds"] = (max(0.0, progress["at"] - state["saved_at"]) if state
+                                  else progress["at"] - summary.get("started_at", progress["at"]))
+        record["down_seconds"] = now - progress["at"]
+    return record
