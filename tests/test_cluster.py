@@ -222,12 +222,17 @@ def test_export_slurm_script(tmp_path):
     assert result.returncode == 0, result.stderr
     text = out.read_text()
     assert text.startswith("#!/bin/bash\n")
-    sbatch = dict(line[len("#SBATCH --"):].split("=", 1) for line in text.splitlines() if line.startswith("#SBATCH"))
+    sbatch = dict((line[len("#SBATCH --"):] + "=").split("=")[:2] for line in text.splitlines()
+                  if line.startswith("#SBATCH"))
     assert sbatch == {"job-name": "mnist", "nodes": "3", "ntasks-per-node": "1", "gpus-per-node": "4",
-                      "time": "01:00:00", "output": "mnist-%j.out"}
+                      "time": "01:00:00", "output": "mnist-%j.out", "requeue": "", "open-mode": "append",
+                      "signal": "USR1@120"}
+    assert 'RUN_DIR=runs/mnist-"$SLURM_JOB_ID"\n' in text
     (srun,) = [line for line in text.splitlines() if line.startswith("srun ")]
     assert srun.split()[2:] == ["tfgpu", "run", "recipes/mnist.yaml", "--set", "train.epochs=2", "--set",
-                                "distribute.strategy=multi_worker_mirrored"]
+                                "distribute.strategy=multi_worker_mirrored", "--resume", '"$RUN_DIR"']
+    no_signal = run_cli("export", "slurm", "recipes/mnist.yaml", "--set", "train.checkpoint=false")
+    assert "--signal" not in no_signal.stdout
 
 
 def test_export_tfjob_manifest():

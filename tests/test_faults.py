@@ -258,8 +258,9 @@ def test_sigterm_saves_at_the_next_call_and_exits_75_then_resume_finishes(tmp_pa
     assert process.returncode == 75, err[-3000:]
     assert "tfgpu: preempted: SIGTERM arrived: stopped at epoch" in err and "tfgpu run --resume" in err
     assert "Traceback" not in err
-    state = read_state(run_dir)
-    assert state["reason"] == "preempted" and state["global_step"] % 5 == 0  # at a call boundary
+    state = read_state(run_dir)  # saved at the stop, unless a step save had just saved that very step
+    assert f"(global step {state['global_step']}) with a checkpoint" in err and state["global_step"] % 5 == 0
+    assert state["reason"] in ("preempted", "steps")
     s = summary_of(run_dir)
     assert s["status"] == "preempted" and s["checkpoint"]["saves"] >= 1
     result = resume(run_dir)
@@ -284,7 +285,8 @@ def test_the_slurm_requeue_signal_saves_and_requeues_through_scontrol(tmp_path):
     assert process.returncode == 75, err[-3000:]
     assert calls.read_text() == "requeue 4242\n"
     assert "SIGUSR1 arrived" in err and "Slurm job 4242 was requeued" in err
-    assert read_state(run_dir)["reason"] == "preempted" and summary_of(run_dir)["status"] == "preempted"
+    state = read_state(run_dir)
+    assert f"(global step {state['global_step']}) with a checkpoint" in err and summary_of(run_dir)["status"] == "preempted"
 
 
 @pytest.mark.slow
@@ -319,7 +321,8 @@ def test_sigterm_to_two_workers_saves_at_one_step_then_both_resume(tmp_path):
     assert process.returncode == 75, err[-3000:]
     workers = json.loads((run_dir / "workers" / "workers.json").read_text())
     assert [w["exit_code"] for w in workers["workers"]] == [75, 75]
-    assert read_state(run_dir)["reason"] == "preempted"
+    state = read_state(run_dir)
+    assert f"(global step {state['global_step']}) with a checkpoint" in out + err, (state, out[-2000:], err[-2000:])
     result = resume(run_dir, "--workers", "2")
     assert result.returncode == 0, result.stderr[-3000:]
     assert epochs_in(run_dir) == [0, 1, 2] and summary_of(run_dir)["status"] == "completed"

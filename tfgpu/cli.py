@@ -359,8 +359,9 @@ def export_slurm(recipe: str, overrides: tuple[str, ...], nodes: int, gpus_per_n
     from .export import slurm_script  # noqa: PLC0415
 
     cfg = load_config(recipe, overrides=[*overrides, "distribute.strategy=multi_worker_mirrored"])
-    _write(slurm_script(recipe, overrides, nodes, gpus_per_node, cfg.distribute.port, time_limit, partition, name),
-           output)
+    signal = cfg.train.checkpoint.requeue_signal if cfg.train.checkpoint.enabled else None
+    _write(slurm_script(recipe, overrides, nodes, gpus_per_node, cfg.distribute.port, time_limit, partition, name,
+                        cfg.output.dir, signal), output)
 
 
 @export.command("tfjob", context_settings=CONTEXT)

@@ -31,15 +31,22 @@ def _run_args(recipe: str, overrides: Sequence[str]) -> list[str]:
     return args
 
 
+#: Seconds before the time limit at which Slurm sends ``train.checkpoint.requeue_signal`` (``--signal``).
+SIGNAL_SECONDS = 120
+
+
 def slurm_script(recipe: str, overrides: Sequence[str], nodes: int, gpus_per_node: int, port: int,
                  time_limit: Optional[str] = None, partition: Optional[str] = None,
-                 name: Optional[str] = None) -> str:
+                 name: Optional[str] = None, output_dir: str = "runs", requeue_signal: Optional[str] = None) -> str:
     """An ``sbatch`` script: ``nodes`` nodes, one task (one worker) per node, ``srun tfgpu run RECIPE``.
 
     Each task's tfgpu resolves the cluster from ``SLURM_PROCID``,
     ``SLURM_STEP_NODELIST`` and ``SLURM_STEP_TASKS_PER_NODE`` (workers on
     ``port``); each uses its node's GPUs (``--gpus-per-node``), which tfgpu
-    does not reassign.
+    does not reassign. The run directory is ``output_dir/<job>-<job id>``
+    (``--resume``), so a requeued job continues its run from the checkpoint;
+    with ``requeue_signal`` (``train.checkpoint.requeue_signal``), Slurm sends it
+    120 s before the time limit, and tfgpu saves, requeues the job and exits 75.
     """
     job = _job_name(recipe, name)
     lines = ["#!/bin/bash",
@@ -52,15 +59,21 @@ def slurm_script(recipe: str, overrides: Sequence[str], nodes: int, gpus_per_nod
         lines.append(f"#SBATCH --time={time_limit}")
     if partition:
         lines.append(f"#SBATCH --partition={partition}")
-    lines += [f"#SBATCH --output={job}-%j.out",
-              "",
+    lines.append(f"#SBATCH --output={job}-%j.out")
+    lines += ["#SBATCH --requeue", "#SBATCH --open-mode=append"]
+    if requeue_signal:
+        lines.append(f"#SBATCH --signal={requeue_signal[3:]}@{SIGNAL_SECONDS}")
+    lines += ["",
               f"# Written by: tfgpu export slurm {recipe} --nodes {nodes} --gpus-per-node {gpus_per_node}",
               "# One task per node; each is a worker of MultiWorkerMirroredStrategy. tfgpu reads the cluster",
               f"# from Slurm's environment (workers listen on port {port}: distribute.port); task 0 is the chief",
-              "# and writes the run directory (output.dir should be on a shared file system).",
+              "# and writes the run directory (output.dir should be on a shared file system). A requeued job",
+              "# keeps its job id, so --resume continues the same run from its last checkpoint.",
               "set -euo pipefail",
               "",
-              "srun --kill-on-bad-exit=1 " + " ".join(shlex.quote(a) for a in _run_args(recipe, overrides)),
+              f"RUN_DIR={shlex.quote(output_dir)}/{job}-\"$SLURM_JOB_ID\"",
+              "srun --kill-on-bad-exit=1 " + " ".join(shlex.quote(a) for a in _run_args(recipe, overrides))
+              + ' --resume "$RUN_DIR"',
               ""]
     return "\n".join(lines)
 

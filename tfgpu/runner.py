@@ -34,6 +34,7 @@ from .loops.fit import train_fit
 from .model import (build_model, check_fits, describe_model, gist, make_loss, make_metrics, make_optimizer,
                     require_model, target_of)
 from .results import check_parent, check_tensorboard, create_run_dir, replace_atomic, write_atomic, write_json
+from .checkpoint import read_state
 from .resume import RESUME_ENV, check_same_shape, is_run_dir, keep_metrics, load_resumed, restart_record
 
 #: Set by ``tfgpu run --workers N`` for its workers: the run directory the chief writes.
@@ -626,7 +627,10 @@ def run_workers(recipe: Optional[str], overrides: Sequence[str], output_dir: Opt
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {"status": "failed"}
     if outcome.failed is not None:
         if all(c == 75 for c in outcome.codes):
-            raise Preempted(f"the workers saved a checkpoint and stopped (SIGTERM); {run_dir} keeps the run.",
+            state = read_state(run_dir) or {}
+            raise Preempted(f"the {workers} workers saved a checkpoint at epoch {state.get('epoch', 0) + 1} step "
+                            f"{state.get('step')} (global step {state.get('global_step')}) and stopped; {run_dir} "
+                            "keeps the run.",
                             f"continue with 'tfgpu run --resume {run_dir} --workers {workers}' "
                             "(exit code 75 means: run this job again).")
         error = supervisor.failure(outcome, "tfgpu run --workers")
