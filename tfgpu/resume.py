@@ -39,6 +39,26 @@ def changed_settings(saved: Config, now: Config) -> list[tuple[str, Any, Any]]:
             if before.get(k) != after.get(k) and not any(k == m or k.startswith(m + ".") for m in MAY_CHANGE)]
 
 
+def _as_given(saved: Config) -> dict[str, Any]:
+    """The saved config's settings that differ from the defaults: loading them marks only those as set (as the
+    first run's recipe did), so planning treats the rest as defaults again (e.g. an unset ``log_level``)."""
+    defaults = Config().to_dict()
+
+    def differ(value: Any, default: Any) -> Any:
+        if isinstance(value, dict) and isinstance(default, dict):
+            out = {k: differ(v, default.get(k, _MISSING)) for k, v in value.items()}
+            return {k: v for k, v in out.items() if v is not _MISSING}
+        return _MISSING if value == default else value
+
+    data = saved.to_dict()
+    given = differ(data, defaults)
+    given["data"] = {**given.get("data", {}), "kind": data["data"]["kind"]}
+    return given
+
+
+_MISSING = object()
+
+
 def is_run_dir(path: Path) -> bool:
     """``path`` holds a run (its ``config.yaml``)."""
     return (path / "config.yaml").is_file()
@@ -54,8 +74,10 @@ def load_resumed(run_dir: Path, recipe: Optional[str], overrides: Sequence[str])
         ConfigError: a setting that matters differs (each is named, with both values).
         OutputError: the run already completed, or its files cannot be read.
     """
-    saved = load_config(str(run_dir / "config.yaml"))
-    cfg = load_config(recipe or str(run_dir / "config.yaml"), overrides=overrides)
+    saved_file = run_dir / "config.yaml"
+    saved = load_config(str(saved_file))
+    own = recipe is None or Path(recipe).resolve() == saved_file.resolve()
+    cfg = load_config(_as_given(saved) if own else recipe, overrides=overrides)
     changed = changed_settings(saved, cfg)
     if changed:
         listed = "; ".join(f"{k}: {a!r} in the run, {b!r} now" for k, a, b in changed[:6])
