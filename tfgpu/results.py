@@ -7,10 +7,13 @@ A run directory holds:
 - ``metrics.csv``: one row per epoch, flushed as each epoch ends;
 - ``summary.json``: devices, replicas, batches, loop, epoch times,
   samples/s, final metrics and the run's status (``running``, ``completed``,
-  ``failed``, ``interrupted``);
+  ``failed``, ``interrupted``, ``preempted``);
 - ``model.keras``: the trained model (``keras.Model.save``);
 - ``tensorboard/``: TensorBoard logs (``output.tensorboard``);
-- ``evaluation.json``: written later by ``tfgpu evaluate``.
+- ``evaluation.json``: written later by ``tfgpu evaluate``;
+- ``checkpoint/``: the last checkpoint and ``state.json`` (:mod:`tfgpu.checkpoint`),
+  removed once ``model.keras`` is written; ``tfgpu run --resume`` reopens the
+  directory (:mod:`tfgpu.resume`).
 
 Files are replaced atomically (write, then rename), so an interrupted run
 never leaves a half-written summary, and a run never touches another run's
