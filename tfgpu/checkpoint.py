@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -52,6 +51,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from .errors import OutputError, Preempted
+from .results import write_json
 
 CHECKPOINT_DIR = "checkpoint"
 STATE_FILE = "state.json"
@@ -59,12 +59,6 @@ PROGRESS_FILE = "progress.json"
 #: Seconds between two writes of ``progress.json``.
 PROGRESS_EVERY = 0.2
 _FIT_WEIGHTS = "latest.weights.h5"
-
-
-def _write_json(path: Path, data: Any) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def _sha256(path: Path) -> str:
@@ -337,7 +331,7 @@ def checkpoint_callback(files: Any, write_dir: Path, chief: bool, steps_per_epoc
                 self._save(self.epoch, step, "steps")
             if chief and time.monotonic() - self.progress_at >= PROGRESS_EVERY:
                 self.progress_at = time.monotonic()
-                _write_json(write_dir / PROGRESS_FILE, {"epoch": self.epoch, "step": step,
+                write_json(write_dir / PROGRESS_FILE, {"epoch": self.epoch, "step": step,
                                                         "global_step": global_step, "at": time.time()})
             self._check_stop(self.epoch, step)
 
@@ -357,7 +351,7 @@ def checkpoint_callback(files: Any, write_dir: Path, chief: bool, steps_per_epoc
             seconds = time.perf_counter() - began
             state.update(saved_at=time.time(), save_seconds=seconds)
             if chief:
-                _write_json(write_dir / STATE_FILE, state)  # the commit: only now is this save the one to restore
+                write_json(write_dir / STATE_FILE, state)  # the commit: only now is this save the one to restore
             self.saves.append(seconds)
             self.last_state = state
             self.saved_at = global_step

@@ -57,6 +57,20 @@ def create_run_dir(parent: str, name: str) -> Path:
     raise OutputError(f"output.dir: too many runs named {name}-{stamp} in '{parent}'.", "use another output.name.")
 
 
+def open_run_dir(path: Path) -> Path:
+    """The run directory ``path`` given by ``--resume``: reopened, or created when it does not exist yet.
+
+    Raises:
+        OutputError: it cannot be created.
+    """
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"--resume: cannot create the run directory {path}: {exc.strerror or exc}.",
+                          "name a directory this process may write.") from None
+    return path
+
+
 def check_parent(parent: str) -> None:
     """Fail early, writing nothing, when no run directory can be created under ``parent``.
 

@@ -14,6 +14,7 @@ from typing import Any, Optional, Sequence
 from .checkpoint import CHECKPOINT_DIR, PROGRESS_FILE, read_json, read_state
 from .config import Config, load_config
 from .errors import ConfigError, OutputError
+from .results import write_atomic
 
 #: Settings a resumed run may change: they do not change what is trained or on what.
 MAY_CHANGE = ("train.progress", "train.checkpoint", "train.profile_steps", "train.terminate_on_nan", "output",
@@ -130,9 +131,7 @@ def keep_metrics(run_dir: Path, epochs: int) -> list[dict[str, float]]:
         writer = csv.DictWriter(out, fieldnames=fields, lineterminator="\n")
         writer.writeheader()
         writer.writerows(kept)
-        tmp = path.with_name(".metrics.csv.tmp")
-        tmp.write_text(out.getvalue(), encoding="utf-8")
-        tmp.replace(path)
+        write_atomic(path, out.getvalue())
     return [{k: (int(float(v)) if k == "epoch" else float(v)) for k, v in r.items() if v not in ("", None)}
             for r in kept]
 

@@ -33,8 +33,9 @@ from .loops.custom import train_custom
 from .loops.fit import train_fit
 from .model import (build_model, check_fits, describe_model, gist, make_loss, make_metrics, make_optimizer,
                     require_model, target_of)
-from .results import check_parent, check_tensorboard, create_run_dir, replace_atomic, write_atomic, write_json
-from .checkpoint import read_state
+from .results import (check_parent, check_tensorboard, create_run_dir, open_run_dir, replace_atomic, write_atomic,
+                      write_json)
+from . import checkpoint as ckpt
 from .resume import RESUME_ENV, check_same_shape, is_run_dir, keep_metrics, load_resumed, restart_record
 
 #: Set by ``tfgpu run --workers N`` for its workers: the run directory the chief writes.
@@ -107,12 +108,7 @@ def _outputs(cfg: Config, recipe: Optional[str], info: Any, resume: Optional[Pat
     given = str(resume) if resume else os.environ.get(RUN_DIR_ENV)
     if info.is_chief:
         if resume:
-            try:
-                resume.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise OutputError(f"--resume: cannot create the run directory {resume}: {exc.strerror or exc}.",
-                                  "name a directory this process may write.") from None
-            return resume
+            return open_run_dir(resume)
         if given:
             path = Path(given)
             if not path.is_dir() or (path / "config.yaml").exists():
@@ -213,8 +209,6 @@ def run(recipe: Optional[str], overrides: Sequence[str] = (), output_dir: Option
 def _run(cfg: Config, recipe: Optional[str], info: Any, data: Any, pipes: Any, built: _Built, profile: Any,
          run_dir: Path, started: float, started_at: float, resumed: Optional[tuple]) -> RunResult:
     """Write the run directory, train, save and test (every worker; only the chief's directory is kept)."""
-    from . import checkpoint as ckpt  # noqa: PLC0415
-
     plan, chief = info.plan, info.is_chief
     home = resumed[0] if resumed else run_dir  # where the chief's files are (a non-chief reads its checkpoint)
     state = ckpt.read_state(home) if resumed else None
@@ -295,8 +289,6 @@ def _run(cfg: Config, recipe: Optional[str], info: Any, data: Any, pipes: Any, b
 def _checkpointing(cfg: Config, info: Any, built: _Built, pipes: Any, run_dir: Path, home: Path,
                    state: Optional[dict], start: Any) -> tuple[Any, Any]:
     """The checkpoint callback and the stop-signal watcher; restores ``state`` first (every worker)."""
-    from . import checkpoint as ckpt  # noqa: PLC0415
-
     settings, chief = cfg.train.checkpoint, info.is_chief
     write_dir = run_dir / ckpt.CHECKPOINT_DIR
     with info.strategy.scope():
@@ -583,12 +575,7 @@ def run_workers(recipe: Optional[str], overrides: Sequence[str], output_dir: Opt
     check_tensorboard(cfg.output.tensorboard)
     source_for(cfg.data, cfg.model.loss, cfg.tensorflow.seed).check()
     if resume_dir is not None:
-        try:
-            resume_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise OutputError(f"--resume: cannot create the run directory {resume_dir}: {exc.strerror or exc}.",
-                              "name a directory this process may write.") from None
-        run_dir = resume_dir
+        run_dir = open_run_dir(resume_dir)
     else:
         run_dir = create_run_dir(cfg.output.dir, cfg.output.name or (Path(recipe).stem if recipe else "run"))
     env = dict(os.environ)
@@ -627,7 +614,7 @@ def run_workers(recipe: Optional[str], overrides: Sequence[str], output_dir: Opt
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {"status": "failed"}
     if outcome.failed is not None:
         if all(c == 75 for c in outcome.codes):
-            state = read_state(run_dir) or {}
+            state = ckpt.read_state(run_dir) or {}
             raise Preempted(f"the {workers} workers saved a checkpoint at epoch {state.get('epoch', 0) + 1} step "
                             f"{state.get('step')} (global step {state.get('global_step')}) and stopped; {run_dir} "
                             "keeps the run.",
