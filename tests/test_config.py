@@ -134,3 +134,75 @@ def test_missing_file_is_a_config_error(tmp_path):
 def test_config_object_passes_through():
     cfg = Config()
     assert load_config(cfg) is cfg
+
+
+#: One bad config per kind of pydantic error the schema raises (bool_type, int_type, ..., too_short).
+BAD_BY_ERROR_TYPE = {
+    "bool_type": ({"output": {"save_model": [True]}}, "'output.save_model': Input should be a valid boolean"),
+    "int_type": ({"train": {"epochs": "three"}}, "'train.epochs': Input should be a valid integer"),
+    "float_type": ({"data": {"validation_split": "x"}}, "'data.validation_split': Input should be a valid number"),
+    "string_type": ({"data": {"path": [1]}}, "'data.path': Input should be a valid string"),
+    "list_type": ({"distribute": {"devices": 3}}, "'distribute.devices': Input should be a valid list"),
+    "dict_type": ({"model": {"builder_args": 3}}, "'model.builder_args': Input should be a valid dictionary"),
+    "greater_than": ({"devices": {"memory_limit_mib": 0}}, "'devices.memory_limit_mib': Input should be greater than 0."),
+    "greater_than float": ({"devices": {"memory_fraction": 0}}, "'devices.memory_fraction': Input should be greater than 0."),
+    "greater_than_equal": ({"train": {"epochs": 0}}, "'train.epochs': Input should be greater than or equal to 1."),
+    "less_than": ({"data": {"validation_split": 1.5}}, "'data.validation_split': Input should be less than 1."),
+    "less_than_equal": ({"tensorflow": {"log_level": 7}}, "'tensorflow.log_level': Input should be less than or equal to 3."),
+    "literal_error": ({"train": {"loop": "keras"}}, "'train.loop': Input should be 'fit' or 'custom'"),
+    "model_type": ({"train": 3}, "'train' must be a mapping of its keys (loop, epochs, "),
+    "missing": ({"distribute": {"cluster": {}}}, "'distribute.cluster.workers': Field required."),
+    "too_short": ({"distribute": {"cluster": {"workers": []}}},
+                  "'distribute.cluster.workers': List should have at least 1 item after validation, not 0."),
+    "value_error": ({"devices": {"visible_gpus": [0, 0]}}, "'devices.visible_gpus': GPU index 0 is listed twice."),
+    "key_error": ({"train": {"profile_steps": [1, 2]}}, "'train.profile_steps': profiling writes into the TensorBoard"),
+    "extra_forbidden": ({"train": {"epochz": 1}}, "unknown key 'train.epochz'. Did you mean 'train.epochs'?"),
+    "invalid_key": ({"model": {"builder_args": {1: 2}}}, "'model.builder_args': keys must be text. Received the key 1"),
+}
+
+
+def _message(data: dict) -> str:
+    with pytest.raises(ConfigError) as info:
+        load_config(data)
+    return info.value.message
+
+
+@pytest.mark.parametrize("kind", list(BAD_BY_ERROR_TYPE))
+def test_messages_are_written_from_the_error_type_and_ctx_not_pydantics_words(kind, monkeypatch):
+    """A pydantic release that rewords its English messages changes none of tfgpu's: each problem is written
+    from the error's type and ctx (ctx['ge'], ctx['expected'], ctx['error'], ...), never from its msg."""
+    from tfgpu.config import source  # noqa: PLC0415
+
+    data, expected = BAD_BY_ERROR_TYPE[kind]
+    message = _message(data)
+    assert expected in message, message
+
+    class Reworded:
+        def __init__(self, exc):
+            self.exc = exc
+
+        def errors(self):  # tfgpu's own errors (key_error) keep their text: it is tfgpu's
+            return [e if e["type"] == "key_error" else {**e, "msg": "REWORDED BY PYDANTIC"} for e in self.exc.errors()]
+
+    render = source.validation_error
+    monkeypatch.setattr(source, "validation_error", lambda exc, *rest: render(Reworded(exc), *rest))
+    assert _message(data) == message
+
+
+def test_requirement_reads_each_error_types_ctx():
+    from tfgpu.config.messages import requirement  # noqa: PLC0415
+
+    def said(kind: str, **ctx) -> str:
+        return requirement({"type": kind, "ctx": ctx, "msg": "pydantic's words", "loc": (), "input": None})
+
+    assert said("greater_than_equal", ge=1) == "Input should be greater than or equal to 1"
+    assert said("less_than_equal", le=1.0) == "Input should be less than or equal to 1"  # a float field's bound
+    assert said("greater_than", gt=0.5) == "Input should be greater than 0.5"
+    assert said("literal_error", expected="'fit' or 'custom'") == "Input should be 'fit' or 'custom'"
+    assert said("string_pattern_mismatch", pattern="^a$") == "String should match pattern '^a$'"
+    assert said("value_error", error=ValueError("GPU index 0 is listed twice")) == "GPU index 0 is listed twice"
+    assert said("too_short", field_type="List", min_length=2, actual_length=1) == (
+        "List should have at least 2 items after validation, not 1")
+    # tfgpu's own error types (PydanticCustomError) carry tfgpu's text; an unknown type falls back to it too
+    assert said("key_error", loc=("x",)) == "pydantic's words"
+    assert said("greater_than") == "pydantic's words"  # a ctx without its bound: the text, not a KeyError

@@ -1,8 +1,13 @@
 """Validation errors -> one-paragraph messages naming the key, its file:line, the value and what is allowed.
 
-Pydantic's structured error (type, location, ``ctx``) is read, not its English
-text, wherever the message depends on it. Imports nothing from the rest of the
-config package.
+Pydantic's structured error is read (``type``, ``loc``, ``input``'s place in
+the data, ``ctx``: ``ctx['ge']``, ``ctx['expected']``, ``ctx['error']``, ...),
+never its English ``msg``: :func:`requirement` writes what is allowed from
+``type`` and ``ctx`` (in pydantic 2's words, so messages read as before), so a
+pydantic release that rewords its messages changes none of tfgpu's. ``msg`` is
+shown only for tfgpu's own errors (``PydanticCustomError``, whose text is
+tfgpu's) and, as a last resort, for a type :data:`REQUIREMENTS` does not know.
+Imports nothing from the rest of the config package.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ import datetime
 import difflib
 import reprlib
 import typing
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from pydantic import BaseModel, ValidationError
 
@@ -31,6 +36,68 @@ def short_repr(value: Any) -> str:
 
 def describe(value: Any) -> str:
     return f"{short_repr(value)} ({type(value).__name__})"
+
+
+def _number(value: Any) -> str:
+    """A bound as a user wrote it: ``1`` for a float field's ``1.0`` (pydantic stores ``le=1`` as ``1.0``)."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e16:
+        return str(int(value))
+    return str(value)
+
+
+def _items(n: Any) -> str:
+    return f"{n} item" + ("" if n == 1 else "s")
+
+
+def _chars(n: Any) -> str:
+    return f"{n} character" + ("" if n == 1 else "s")
+
+
+#: What is allowed, per pydantic error ``type``, written from the error's ``ctx`` alone.
+REQUIREMENTS: dict[str, Callable[[dict[str, Any]], str]] = {
+    "bool_type": lambda c: "Input should be a valid boolean",
+    "int_type": lambda c: "Input should be a valid integer",
+    "int_from_float": lambda c: "Input should be a valid integer, got a number with a fractional part",
+    "float_type": lambda c: "Input should be a valid number",
+    "finite_number": lambda c: "Input should be a finite number",
+    "string_type": lambda c: "Input should be a valid string",
+    "list_type": lambda c: "Input should be a valid list",
+    "dict_type": lambda c: "Input should be a valid dictionary",
+    "none_required": lambda c: "Input should be None",
+    "missing": lambda c: "Field required",
+    "model_type": lambda c: f"Input should be a valid dictionary or instance of {c['class_name']}",
+    "greater_than": lambda c: f"Input should be greater than {_number(c['gt'])}",
+    "greater_than_equal": lambda c: f"Input should be greater than or equal to {_number(c['ge'])}",
+    "less_than": lambda c: f"Input should be less than {_number(c['lt'])}",
+    "less_than_equal": lambda c: f"Input should be less than or equal to {_number(c['le'])}",
+    "multiple_of": lambda c: f"Input should be a multiple of {_number(c['multiple_of'])}",
+    "literal_error": lambda c: f"Input should be {c['expected']}",
+    "enum": lambda c: f"Input should be {c['expected']}",
+    "string_pattern_mismatch": lambda c: f"String should match pattern '{c['pattern']}'",
+    "string_too_short": lambda c: f"String should have at least {_chars(c['min_length'])}",
+    "string_too_long": lambda c: f"String should have at most {_chars(c['max_length'])}",
+    "too_short": lambda c: (f"{c.get('field_type', 'Value')} should have at least {_items(c['min_length'])} "
+                            f"after validation, not {c['actual_length']}"),
+    "too_long": lambda c: (f"{c.get('field_type', 'Value')} should have at most {_items(c['max_length'])} "
+                           f"after validation, not {c['actual_length']}"),
+    # A ValueError/AssertionError raised by a check of tfgpu's (schema.py): its own text.
+    "value_error": lambda c: str(c["error"]),
+    "assertion_error": lambda c: str(c["error"]),
+}
+
+
+def requirement(err: Any) -> str:
+    """What one pydantic error (an item of ``ValidationError.errors()``) says is allowed, from its ``type`` and
+    ``ctx``: ``{"type": "greater_than_equal", "ctx": {"ge": 1}, ...}`` -> ``"Input should be greater than or equal
+    to 1"``. ``msg`` is returned only for a type not in :data:`REQUIREMENTS` (tfgpu's own ``PydanticCustomError``
+    types, such as ``key_error``, whose text is tfgpu's)."""
+    render = REQUIREMENTS.get(err["type"])
+    if render is not None:
+        try:
+            return render(err.get("ctx") or {})
+        except KeyError:  # a ctx without the key this type has always carried
+            pass
+    return err["msg"]
 
 
 def _lookup(data: Any, loc: tuple) -> tuple[bool, Any]:
@@ -115,7 +182,7 @@ def _problem(err: dict, data: Any, source: Any, root: type[BaseModel]) -> str:
         loc += tuple(err["ctx"]["loc"])
         found, value = _lookup(data, loc)
         received = f" Received: {describe(value)}." if found and not isinstance(value, dict) else ""
-        return f"{source.where(loc)}: '{'.'.join(str(p) for p in loc)}': {err['msg']}.{received}"
+        return f"{source.where(loc)}: '{'.'.join(str(p) for p in loc)}': {requirement(err)}.{received}"
     dotted = ".".join(str(p) for p in loc) or "(top level)"
     where = source.where(loc)
     if err["type"] == "invalid_key" or "[key]" in err["loc"]:
@@ -142,10 +209,7 @@ def _problem(err: dict, data: Any, source: Any, root: type[BaseModel]) -> str:
     found, value = _lookup(data, loc)
     section = isinstance(value, dict) and bool(_allowed_keys(loc, root))  # a whole section: its keys say enough
     received = f" Received: {describe(value)}." if found and not section else ""
-    msg = err["msg"]
-    if msg.startswith("Value error, "):
-        msg = msg[len("Value error, "):]
-    text = f"{where}: '{dotted}': {msg}.{received}"
+    text = f"{where}: '{dotted}': {requirement(err)}.{received}"
     if found and isinstance(value, bool) and err["type"] in ("literal_error", "string_type", "value_error"):
         text += (
             " Note: YAML reads a bare yes/no/on/off/true/false as a boolean; "
