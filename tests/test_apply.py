@@ -3,8 +3,23 @@
 from __future__ import annotations
 
 import json
+import platform
+import sys
+from pathlib import Path
+
+import pytest
 
 from .conftest import run_python
+
+
+def _onednn_on_by_default() -> bool:
+    """TensorFlow turns oneDNN on by default on Linux x86 CPUs with AVX512-VNNI, AVX512-BF16 or AMX."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text().split()
+    except OSError:
+        return False
+    return (sys.platform == "linux" and platform.machine() in ("x86_64", "AMD64")
+            and any(f in flags for f in ("avx512_vnni", "avx512_bf16", "amx_tile")))
 
 
 def ok(result):
@@ -46,6 +61,23 @@ def test_placement_logging_prints_the_textbook_matmul_line():
     """))
     assert "RESULT [[22.0, 28.0], [49.0, 64.0]]" in result.stdout
     assert "Executing op MatMul in device /job:localhost/replica:0/task:0/device:CPU:0" in result.stderr
+
+
+@pytest.mark.skipif(not _onednn_on_by_default(), reason="TensorFlow leaves oneDNN off by default on this CPU")
+def test_placement_logging_names_the_onednn_kernel_where_onednn_is_on_by_default():
+    """What the README's note says: with oneDNN left at TensorFlow's default on such a CPU, the textbook matmul
+    logs _MklMatMul, not MatMul."""
+    result = ok(run_python("""
+        import tfgpu
+        tfgpu.setup({"devices": {"log_device_placement": True}})
+        import tensorflow as tf
+        a = tf.constant([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+        b = tf.constant([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
+        print("RESULT", tf.matmul(a, b).numpy().tolist())
+    """))
+    assert "RESULT [[22.0, 28.0], [49.0, 64.0]]" in result.stdout
+    assert "Executing op _MklMatMul in device /job:localhost/replica:0/task:0/device:CPU:0" in result.stderr
+    assert "Executing op MatMul in device" not in result.stderr
 
 
 def test_soft_placement_runs_a_gpu2_request_on_cpu_and_hard_placement_refuses():

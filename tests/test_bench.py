@@ -151,6 +151,11 @@ def test_cli_and_library_accept_the_same_sizes():
     from tfgpu import bench as bench_module, cli  # noqa: PLC0415
 
     assert cli._MAX_SIZE == bench_module.MAX_SIZE
+    # `tfgpu bench matmul` without --sizes times the library's default sizes (and --help shows them)
+    sizes = next(p for p in cli.bench_matmul.params if p.name == "sizes")
+    assert sizes.type.convert(sizes.default, sizes, None) == bench_module.DEFAULT_SIZES
+    help_text = run_cli("bench", "matmul", "--help", timeout=60).stdout
+    assert f"[default: {','.join(map(str, bench_module.DEFAULT_SIZES))}]" in " ".join(help_text.split())
 
 
 def test_bad_set_is_a_config_error():

@@ -9,7 +9,7 @@ import sys
 import pytest
 import yaml
 
-from .conftest import run_cli, run_python
+from .conftest import RECIPES, run_cli, run_python
 from tfgpu import load_config
 from tfgpu.cluster import expand_hostlist, expand_tasks_per_node, resolve_cluster, tf_config
 from tfgpu.errors import ConfigError
@@ -242,6 +242,9 @@ def test_export_tfjob_manifest():
     assert (config_map["apiVersion"], config_map["kind"]) == ("v1", "ConfigMap")
     recipe = yaml.safe_load(config_map["data"]["recipe.yaml"])
     assert load_config(recipe).distribute.strategy == "multi_worker_mirrored"
+    # the recipe as given, so the pods plan it alike (a default such as tensorflow.log_level stays unset)
+    assert load_config(recipe) == load_config(RECIPES / "mnist.yaml", overrides=["distribute.strategy=multi_worker_mirrored"])
+    assert "log_level" not in recipe["tensorflow"] and "soft_placement" not in recipe["devices"]
     assert (job["apiVersion"], job["kind"], job["metadata"]["name"]) == ("kubeflow.org/v1", "TFJob", "mnist")
     worker = job["spec"]["tfReplicaSpecs"]["Worker"]
     assert worker["replicas"] == 3

@@ -30,7 +30,7 @@ def evaluate(model_path: Path) -> float:
 def test_two_replica_run_writes_a_complete_run_directory(two_replica_runs, loop):
     result, run_dir = two_replica_runs[loop]
     assert sorted(p.name for p in run_dir.iterdir()) == [
-        "config.yaml", "metrics.csv", "model.keras", "plan.json", "summary.json"]
+        "config.resolved.yaml", "config.yaml", "metrics.csv", "model.keras", "plan.json", "summary.json"]
     assert "global batch: 128 per replica x 2 replicas = 256" in result.stdout
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["loop"] == loop
@@ -45,8 +45,10 @@ def test_two_replica_run_writes_a_complete_run_directory(two_replica_runs, loop)
     rows = list(csv.DictReader((run_dir / "metrics.csv").open()))
     assert [int(r["epoch"]) for r in rows] == [0, 1]
     assert float(rows[-1]["val_accuracy"]) == pytest.approx(summary["final_metrics"]["val_accuracy"])
-    config = yaml.safe_load((run_dir / "config.yaml").read_text())
-    assert config["train"]["loop"] == loop and config["devices"]["cpu_logical_devices"] == 2
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())  # as given: the recipe and --set
+    assert config["train"]["loop"] == loop and config["devices"] == {"memory_growth": True, "cpu_logical_devices": 2}
+    resolved = yaml.safe_load((run_dir / "config.resolved.yaml").read_text())  # every value
+    assert resolved["train"]["loop"] == loop and resolved["devices"]["soft_placement"] is True
     plan = json.loads((run_dir / "plan.json").read_text())
     assert plan["strategy"]["devices"] == ["/cpu:0", "/cpu:1"]
     # the saved model is the trained one: evaluating it gives the recorded validation accuracy

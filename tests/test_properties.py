@@ -174,6 +174,42 @@ def test_any_value_for_a_real_key(path, value):
         assert isinstance(as_set, Config) and as_set.to_yaml() == as_dict.to_yaml(), (text, as_set)
 
 
+def _valid_alone(section: str, key: str, value) -> bool:
+    try:
+        load_config({section: {key: value}})
+    except ConfigError:
+        return False
+    return True
+
+
+#: (section, key, value) of PLAUSIBLE that are valid on their own: combinations of them are often valid too.
+VALID_SETTINGS = [(s, k, v) for s, k in KEY_PATHS for v in PLAUSIBLE if _valid_alone(s, k, v)]
+
+
+@SETTINGS
+@given(settings_=st.lists(st.sampled_from(VALID_SETTINGS), min_size=1, max_size=4))
+def test_a_run_directorys_config_yaml_loads_as_the_config_it_saved(workdir, settings_):
+    """Whatever valid config a run saves, its config.yaml (the keys as given) loads to the same config with the
+    same keys set (so a replay plans alike), and config.resolved.yaml to the same values."""
+    from tfgpu.results import CONFIG_FILE, RESOLVED_CONFIG_FILE, write_config  # noqa: PLC0415
+
+    data: dict = {}
+    for section, key, value in settings_:
+        data.setdefault(section, {})[key] = value
+    cfg = outcome(data)
+    if not isinstance(cfg, Config):
+        return
+    run_dir = workdir / f"run-{next(_counter)}"
+    run_dir.mkdir()
+    try:
+        write_config(run_dir, cfg)
+        given, resolved = load_config(run_dir / CONFIG_FILE), load_config(run_dir / RESOLVED_CONFIG_FILE)
+    finally:
+        shutil.rmtree(run_dir)
+    assert given.to_yaml() == cfg.to_yaml() == resolved.to_yaml()  # compared as text: NaN != NaN
+    assert yaml_text(given.explicit_dict()) == yaml_text(cfg.explicit_dict())
+
+
 @SETTINGS
 @given(path=st.one_of(st.sampled_from([f"{s}.{k}" for s, k in KEY_PATHS]), st.text(max_size=30)),
        raw=st.one_of(st.text(max_size=40), st.sampled_from(YAML_WORDS + [yaml_text(v).strip().removesuffix("\n...")

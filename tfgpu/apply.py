@@ -1,7 +1,16 @@
-"""Carry out a :class:`~tfgpu.plan.Plan`: the only code that changes process state.
+"""Carry out a :class:`~tfgpu.plan.Plan`: where a configuration's settings reach this process.
 
 It writes ``os.environ`` (before TensorFlow is imported), imports TensorFlow,
-and makes the plan's ``tf.config`` / Keras calls in order. A setting that
+and makes the plan's ``tf.config`` / Keras calls in order: every setting a
+config asks for is applied here and nowhere else. Other code changes process
+state only for a job of its own: :mod:`tfgpu._tfprobe` (the short-lived child
+process of :func:`tfgpu.probe.probe_tensorflow`) turns memory growth on for
+each GPU before listing logical devices when it was given no config, so the
+probe never takes a GPU's memory; :mod:`tfgpu.checkpoint` and
+:mod:`tfgpu.launch` install signal handlers while a run or launch lasts (and
+put the previous ones back); :mod:`tfgpu.bootstrap` sets ``sys.argv`` and
+``sys.path`` for the script it runs and installs :mod:`tfgpu.keras_fixes`
+(as :func:`start_strategy` does here) for several workers. A setting that
 TensorFlow can no longer change (its devices were already initialised) is
 compared with what is in force: equal is fine, different is collected, and all
 such settings are reported together in one
@@ -29,7 +38,6 @@ class Applied:
     Attributes:
         physical_devices: e.g. ``("/physical_device:CPU:0", "/physical_device:GPU:0")``.
         logical_devices: e.g. ``("/device:CPU:0", "/device:CPU:1")``.
-        env: the environment variables that were set.
         tf_was_imported: TensorFlow had been imported before tfgpu applied the plan.
         strategy: the plan's ``tf.distribute`` strategy.
 
@@ -39,7 +47,6 @@ class Applied:
 
     physical_devices: tuple[str, ...]
     logical_devices: Optional[tuple[str, ...]]
-    env: dict[str, str]
     tf_was_imported: bool
     strategy: Any = None
 
@@ -238,9 +245,9 @@ def apply_plan(plan: Plan, tf_was_imported: Optional[bool] = None, start: bool =
         )
     physical = tuple(d.name for d in tf.config.list_physical_devices())
     if not start:
-        return Applied(physical, None, dict(plan.env), tf_was_imported)
+        return Applied(physical, None, tf_was_imported)
     strategy = start_strategy(plan)
-    return Applied(physical, logical_devices(), dict(plan.env), tf_was_imported, strategy)
+    return Applied(physical, logical_devices(), tf_was_imported, strategy)
 
 
 def logical_devices() -> tuple[str, ...]:

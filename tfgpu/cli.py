@@ -383,12 +383,13 @@ def export_tfjob(recipe: str, overrides: tuple[str, ...], image: str, workers: i
     cfg = load_config(recipe, overrides=[*overrides, "distribute.strategy=multi_worker_mirrored"])
     import yaml  # noqa: PLC0415
 
-    recipe_yaml = yaml.safe_dump(cfg.to_dict(), sort_keys=False, default_flow_style=False)
+    # The settings as given, not every default: the pods plan them as `tfgpu run RECIPE` would here.
+    recipe_yaml = yaml.safe_dump(cfg.explicit_dict(), sort_keys=False, default_flow_style=False)
     _write(tfjob_manifest(recipe, recipe_yaml, (), image, workers, gpus_per_worker, name), output)
 
 
 # bench.py imports only the standard library at module level (TensorFlow inside its functions).
-from .bench import MAX_SIZE as _MAX_SIZE  # noqa: E402
+from .bench import DEFAULT_SIZES as _DEFAULT_SIZES, MAX_SIZE as _MAX_SIZE  # noqa: E402
 
 
 class _Sizes(click.ParamType):
@@ -448,7 +449,7 @@ def _bench_setup(recipe: str | None, overrides: tuple[str, ...]) -> dict[str, An
 @bench.command("matmul", context_settings=CONTEXT)
 @click.argument("recipe", type=click.Path(), required=False)
 @_set_option
-@click.option("--sizes", type=_Sizes(), default="256,512,1024,2048", show_default=True,
+@click.option("--sizes", type=_Sizes(), default=",".join(map(str, _DEFAULT_SIZES)), show_default=True,
               help="Matrix sides n (comma-separated): (n, n) @ (n, n) float32.")
 @_repeats_option
 @_bench_json_option

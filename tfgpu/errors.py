@@ -17,7 +17,9 @@ Exit codes (also in the README):
 4     :class:`DeviceError`: a device request this machine cannot satisfy
 5     :class:`DataError`: data missing, unreadable or malformed
 6     :class:`AlreadyInitializedError`: TensorFlow was initialised first
-7     :class:`TrainingError`: the model or the training failed
+7     :class:`TrainingError`: training failed once it had started (NaN loss,
+      TensorFlow's own error such as out of memory); a model that cannot
+      be built or does not fit the data is a :class:`ConfigError` (3)
 8     :class:`OutputError`: the run directory cannot be written
 9     ``tfgpu doctor`` found at least one error (``--strict``: or a warning)
 10    :class:`WorkerError`: a worker process crashed or was killed (a worker
@@ -87,7 +89,13 @@ class AlreadyInitializedError(TfgpuError):
 
 
 class TrainingError(TfgpuError):
-    """Building the model or training it failed (bad layer, NaN loss, OOM, ...)."""
+    """Training failed after it started: the loss became NaN or infinite (``train.terminate_on_nan``), or
+    TensorFlow raised while training, saving ``model.keras`` or evaluating the test split (out of memory, ...).
+
+    A model that cannot be built (an unknown or misconfigured layer, a failing
+    ``model.builder``) or does not fit the data is a :class:`ConfigError`,
+    raised before anything is written.
+    """
 
     exit_code = 7
     kind = "training failed"

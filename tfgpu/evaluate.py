@@ -1,6 +1,7 @@
 """``tfgpu evaluate RUN_DIR``: reload a run's ``model.keras`` and evaluate it on the run's data (or other data).
 
-The run's resolved ``config.yaml`` is loaded again, with ``--set`` overrides on
+The run's ``config.yaml`` (its settings as given; every other key takes its
+default, as in the run) is loaded again, with ``--set`` overrides on
 top (``--set data.test_path=new/`` evaluates other data), so the same source,
 the same ``validation_split`` (same seed, same samples), the same rescaling and
 the same global batch are used; relative data paths are read from the

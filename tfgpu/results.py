@@ -2,7 +2,15 @@
 
 A run directory holds:
 
-- ``config.yaml``: the resolved configuration (what was applied);
+- ``config.yaml``: the configuration as given: the recipe's keys and the
+  ``--set`` overrides (``--output-dir`` included), without the defaults, so
+  ``tfgpu run RUN_DIR/config.yaml`` is planned as the first run was (a key left
+  at its default stays one: e.g. an unset ``tensorflow.log_level`` keeps an
+  existing ``TF_CPP_MIN_LOG_LEVEL``); ``--resume`` and ``tfgpu evaluate`` load it;
+- ``config.resolved.yaml``: every setting the run used, defaults included, for
+  reading (the data section shows the keys its kind reads). A run directory
+  written by an earlier tfgpu has no such file, and its ``config.yaml`` holds
+  every setting; ``--resume`` still reads it as the first run's recipe;
 - ``plan.json``: the plan (environment, ``tf.config`` calls, strategy);
 - ``metrics.csv``: one row per epoch, flushed as each epoch ends;
 - ``summary.json``: devices, replicas, batches, loop, epoch times,
@@ -15,9 +23,20 @@ A run directory holds:
   removed once ``model.keras`` is written; ``tfgpu run --resume`` reopens the
   directory (:mod:`tfgpu.resume`).
 
-Files are replaced atomically (write, then rename), so an interrupted run
-never leaves a half-written summary, and a run never touches another run's
-directory.
+``config.yaml``, ``config.resolved.yaml``, ``plan.json``, ``summary.json``,
+``model.keras`` and the checkpoint's ``state.json`` and ``progress.json`` are
+replaced atomically (written to a temporary file, then renamed), so a process
+killed at any moment leaves the old file or the whole new one, never half of
+one. ``metrics.csv`` is appended instead, one row per finished epoch (Keras's
+``CSVLogger`` flushes each row), so a kill loses at most the row being written;
+``--resume`` rewrites it, atomically, to the epochs its checkpoint holds.
+TensorFlow appends to the TensorBoard event files and writes the checkpoint's
+own files. Nothing is fsynced: all of this holds when the process is killed,
+not when the machine loses power or its kernel crashes, after which the files
+written last may be older or empty. (An fsync on each ``progress.json``, up to
+five a second, would cost on network filesystems, and would not make the
+checkpoint survive a power loss: TensorFlow does not fsync its files either.)
+A run never touches another run's directory.
 """
 
 from __future__ import annotations
@@ -29,7 +48,25 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+import yaml
+
 from .errors import ConfigError, OutputError
+
+#: The configuration as given (recipe and overrides): what a replay, ``--resume`` and ``tfgpu evaluate`` load.
+CONFIG_FILE = "config.yaml"
+#: Every setting the run used, defaults included: for reading.
+RESOLVED_CONFIG_FILE = "config.resolved.yaml"
+
+_GIVEN_HEAD = (
+    "# The settings this run was given (its recipe and --set overrides); every other key has tfgpu's default.\n"
+    "# 'tfgpu run RUN_DIR/config.yaml' runs it again, planned the same way. Every value used:\n"
+    "# config.resolved.yaml.\n"
+)
+_RESOLVED_HEAD = (
+    "# Every setting this run used, defaults included (for reading). To run it again use config.yaml:\n"
+    "# a recipe sets each key it lists, and setting a key can change the plan (e.g. tensorflow.log_level\n"
+    "# replaces an existing TF_CPP_MIN_LOG_LEVEL; left unset, it does not).\n"
+)
 
 
 def create_run_dir(parent: str, name: str) -> Path:
@@ -125,6 +162,24 @@ def write_atomic(path: Path, text: str) -> None:
 def write_json(path: Path, data: Any) -> None:
     """Write JSON atomically (see :func:`write_atomic`)."""
     write_atomic(path, json.dumps(data, indent=2, default=str) + "\n")
+
+
+def given_yaml(cfg: Any) -> str:
+    """A :class:`~tfgpu.config.Config`'s settings as given (:meth:`~tfgpu.config.Config.explicit_dict`) as YAML.
+
+    Loading the text again gives an equal config with the same keys marked as set.
+    """
+    return yaml.safe_dump(cfg.explicit_dict(), sort_keys=False, default_flow_style=None)
+
+
+def write_config(run_dir: Path, cfg: Any) -> None:
+    """Write :data:`RESOLVED_CONFIG_FILE`, then :data:`CONFIG_FILE` (the file that makes a directory a run's).
+
+    Raises:
+        OutputError: either cannot be written.
+    """
+    write_atomic(run_dir / RESOLVED_CONFIG_FILE, _RESOLVED_HEAD + cfg.to_yaml())
+    write_atomic(run_dir / CONFIG_FILE, _GIVEN_HEAD + given_yaml(cfg))
 
 
 def check_tensorboard(wanted: bool) -> None:

@@ -14,7 +14,7 @@ from typing import Any, Optional, Sequence
 from .checkpoint import CHECKPOINT_DIR, PROGRESS_FILE, read_json, read_state
 from .config import Config, load_config
 from .errors import ConfigError, OutputError
-from .results import write_atomic
+from .results import CONFIG_FILE, RESOLVED_CONFIG_FILE, write_atomic
 
 #: Settings a resumed run may change: they do not change what is trained or on what.
 MAY_CHANGE = ("train.progress", "train.checkpoint", "train.profile_steps", "train.terminate_on_nan", "output",
@@ -41,8 +41,10 @@ def changed_settings(saved: Config, now: Config) -> list[tuple[str, Any, Any]]:
 
 
 def _as_given(saved: Config) -> dict[str, Any]:
-    """The saved config's settings that differ from the defaults: loading them marks only those as set (as the
-    first run's recipe did), so planning treats the rest as defaults again (e.g. an unset ``log_level``)."""
+    """An old run directory's ``config.yaml`` (every setting, written before ``config.resolved.yaml`` existed) as
+    the first run's recipe most likely gave it: the settings that differ from the defaults. Loading them marks only
+    those as set, so planning treats the rest as defaults again (e.g. an unset ``log_level``); a key the recipe set
+    to its default value cannot be told apart and is read as unset."""
     defaults = Config().to_dict()
 
     def differ(value: Any, default: Any) -> Any:
@@ -62,28 +64,44 @@ _MISSING = object()
 
 def is_run_dir(path: Path) -> bool:
     """``path`` holds a run (its ``config.yaml``)."""
-    return (path / "config.yaml").is_file()
+    return (path / CONFIG_FILE).is_file()
+
+
+def saved_config(run_dir: Path) -> tuple[Config, Config]:
+    """A run directory's config as given (to run with) and as resolved (what the checkpoint was trained with).
+
+    A directory written by this tfgpu has both files (:func:`tfgpu.results.write_config`); an older one only a
+    ``config.yaml`` with every setting, whose non-default settings stand for what was given (:func:`_as_given`).
+
+    Raises:
+        ConfigError: a file is missing or invalid.
+    """
+    given_file, resolved_file = run_dir / CONFIG_FILE, run_dir / RESOLVED_CONFIG_FILE
+    if resolved_file.is_file():
+        return load_config(str(given_file)), load_config(str(resolved_file))
+    saved = load_config(str(given_file))
+    return load_config(_as_given(saved)), saved
 
 
 def load_resumed(run_dir: Path, recipe: Optional[str], overrides: Sequence[str]) -> tuple[Config, dict[str, Any]]:
     """The config to continue ``run_dir`` with, and its last ``summary.json``.
 
     The config is the run's ``config.yaml`` (or ``recipe``, when given) with
-    ``overrides``; it must equal the saved one except for :data:`MAY_CHANGE`.
+    ``overrides``; it must equal the saved one (``config.resolved.yaml``: the
+    values the checkpoint was trained with) except for :data:`MAY_CHANGE`.
 
     Raises:
         ConfigError: a setting that matters differs (each is named, with both values).
         OutputError: the run already completed, or its files cannot be read.
     """
-    saved_file = run_dir / "config.yaml"
-    saved = load_config(str(saved_file))
-    own = recipe is None or Path(recipe).resolve() == saved_file.resolve()
-    cfg = load_config(_as_given(saved) if own else recipe, overrides=overrides)
+    given, saved = saved_config(run_dir)
+    own = recipe is None or Path(recipe).resolve() == (run_dir / CONFIG_FILE).resolve()
+    cfg = load_config(given if own else recipe, overrides=overrides)
     changed = changed_settings(saved, cfg)
     if changed:
         listed = "; ".join(f"{k}: {a!r} in the run, {b!r} now" for k, a, b in changed[:6])
         raise ConfigError(
-            f"--resume {run_dir}: {len(changed)} setting(s) differ from the run's config.yaml ({listed}): the "
+            f"--resume {run_dir}: {len(changed)} setting(s) differ from the run's saved settings ({listed}): the "
             "checkpoint was trained with the saved values, and continuing with others would mix two runs.",
             "resume with the run's own settings (drop the recipe and --set), or start a new run. Only "
             + ", ".join(MAY_CHANGE) + " may change.")

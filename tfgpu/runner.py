@@ -33,8 +33,8 @@ from .loops.custom import train_custom
 from .loops.fit import train_fit
 from .model import (build_model, check_fits, describe_model, gist, make_loss, make_metrics, make_optimizer,
                     require_model, target_of)
-from .results import (check_parent, check_tensorboard, create_run_dir, open_run_dir, replace_atomic, write_atomic,
-                      write_json)
+from .results import (CONFIG_FILE, check_parent, check_tensorboard, create_run_dir, open_run_dir, replace_atomic,
+                      write_config, write_json)
 from . import checkpoint as ckpt
 from .resume import RESUME_ENV, check_same_shape, is_run_dir, keep_metrics, load_resumed, restart_record
 
@@ -111,7 +111,7 @@ def _outputs(cfg: Config, recipe: Optional[str], info: Any, resume: Optional[Pat
             return open_run_dir(resume)
         if given:
             path = Path(given)
-            if not path.is_dir() or (path / "config.yaml").exists():
+            if not path.is_dir() or (path / CONFIG_FILE).exists():
                 raise OutputError(f"{RUN_DIR_ENV}: '{given}' is not an empty run directory made for this run.",
                                   f"unset {RUN_DIR_ENV}; 'tfgpu run --workers N' sets it for its workers.")
             return path
@@ -213,7 +213,7 @@ def _run(cfg: Config, recipe: Optional[str], info: Any, data: Any, pipes: Any, b
     home = resumed[0] if resumed else run_dir  # where the chief's files are (a non-chief reads its checkpoint)
     state = ckpt.read_state(home) if resumed else None
     start = ckpt.Position(state["epoch"], state["step"]) if state else ckpt.Position()
-    write_atomic(run_dir / "config.yaml", cfg.to_yaml())
+    write_config(run_dir, cfg)
     write_json(run_dir / "plan.json", plan.to_dict())
     summary = _summary(cfg, recipe, run_dir, started_at, info, data, pipes, built, profile)
     kept: list[dict[str, float]] = []
@@ -566,7 +566,7 @@ def run_workers(recipe: Optional[str], overrides: Sequence[str], output_dir: Opt
     resume_dir = Path(resume) if resume else None
     resuming = resume_dir is not None and is_run_dir(resume_dir)
     if resuming and recipe is None:
-        recipe = str(resume_dir / "config.yaml")
+        recipe = str(resume_dir / CONFIG_FILE)
     cfg, overrides = load_for_workers(recipe, [*overrides, *extra], workers)
     if resuming:
         load_resumed(resume_dir, recipe, overrides)  # a changed setting is refused before any worker starts
