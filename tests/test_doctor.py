@@ -162,12 +162,12 @@ def test_cuda_visible_devices_hiding_every_gpu(value):
 def test_cuda_visible_devices_stopping_at_an_invalid_entry():
     f = find(diagnose(facts(machine(2, env={"CUDA_VISIBLE_DEVICES": "0,7,1"}), tf=tf_facts(1))),
              "cuda-visible-devices", "warning")
-    assert "only 1 of the 3 listed are visible (0)" in f.seen and "0-1" in f.fix
+    assert "only 1 of the 3 listed are visible (NVML 0 -> GPU:0)" in f.seen and "0-1" in f.fix and "MIG UUIDs" in f.fix
 
 
 def test_cuda_visible_devices_selecting_one_gpu_is_fine():
     findings = diagnose(facts(machine(2, env={"CUDA_VISIBLE_DEVICES": "1"}), tf=tf_facts(1)))
-    assert "1 of 2 GPU(s) visible, renumbered from 0 (NVML 1 -> GPU:0)" in find(findings, "cuda-visible-devices", "ok").seen
+    assert "1 device(s) visible, renumbered from 0 (NVML 1 -> GPU:0)" in find(findings, "cuda-visible-devices", "ok").seen
     assert "1 of 1 visible GPU(s)" in find(findings, "tensorflow-gpus", "ok").seen
 
 

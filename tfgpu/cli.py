@@ -241,10 +241,15 @@ def plan(recipe: str | None, overrides: tuple[str, ...], machine: str | None, as
 @_set_option
 @click.option("--json", "as_json", is_flag=True, help="Print the facts as JSON (input for 'plan --machine').")
 @click.option("--no-tensorflow", is_flag=True, help="Only NVML: do not start TensorFlow (instant).")
+@click.option("--facts", "facts_file", metavar="FILE",
+              help="Show the facts in FILE (written by 'tfgpu devices --json' or 'tfgpu doctor --json' on another "
+                   "machine) instead of this machine's.")
 @handle_errors
-def devices(recipe: str | None, overrides: tuple[str, ...], as_json: bool, no_tensorflow: bool) -> None:
+def devices(recipe: str | None, overrides: tuple[str, ...], as_json: bool, no_tensorflow: bool,
+            facts_file: str | None) -> None:
     """List the GPUs (NVML: index, name, UUID, used/total MiB, compute capability,
-    driver and its CUDA version) and TensorFlow's physical and logical devices.
+    MIG mode, driver and its CUDA version), the MIG instances and which of them
+    this process can use, and TensorFlow's physical and logical devices.
 
     NVML is read without TensorFlow; TensorFlow is started in a child process, so
     this works with no GPU and with a TensorFlow that cannot start. With RECIPE
@@ -253,11 +258,14 @@ def devices(recipe: str | None, overrides: tuple[str, ...], as_json: bool, no_te
     """
     from .config import load_config  # noqa: PLC0415
     from .doctor import describe_facts  # noqa: PLC0415
-    from .probe import Facts, probe, probe_packages, probe_tensorflow  # noqa: PLC0415
+    from .probe import Facts, load_facts, probe, probe_packages, probe_tensorflow  # noqa: PLC0415
 
     config = load_config(recipe, overrides=overrides).explicit_dict() if (recipe or overrides) else None
-    facts = Facts(machine=probe(), packages=probe_packages(),
-                  tensorflow=None if no_tensorflow else probe_tensorflow(config))
+    if facts_file:
+        facts = load_facts(facts_file, "--facts")
+    else:
+        facts = Facts(machine=probe(), packages=probe_packages(),
+                      tensorflow=None if no_tensorflow else probe_tensorflow(config))
     if as_json:
         click.echo(json.dumps(facts.to_dict(), indent=2, default=str))
     else:

@@ -20,7 +20,7 @@ from typing import Any, Callable, Optional
 
 from .config import Config
 from .errors import TfgpuError
-from .probe import Facts, GpuInfo, Library
+from .probe import Facts, GpuInfo, Library, cuda_choice
 
 #: What the TensorFlow pip wheel for Linux is built for, when TensorFlow itself
 #: could not be asked (``tf.sysconfig.get_build_info()`` of 2.21.0).
@@ -67,7 +67,14 @@ def _version_tuple(text: Optional[str]) -> tuple[int, ...]:
 
 
 def _gpu_list(gpus: tuple[GpuInfo, ...]) -> str:
-    return ", ".join(f"{g.index}: {g.name}" for g in gpus)
+    return ", ".join(f"{g.index}: {g.name}" + (" (MIG mode)" if g.mig_mode else "") for g in gpus)
+
+
+def _visible_text(gpus: tuple[GpuInfo, ...]) -> str:
+    """``NVML 2 -> GPU:0, MIG-ab12... (GI 1/CI 0 of NVML 0) -> GPU:1``."""
+    return ", ".join(
+        (f"{g.uuid} (GI {g.gpu_instance_id}/CI {g.compute_instance_id} of NVML {g.nvml_index})" if g.is_mig
+         else f"NVML {g.nvml_index}") + f" -> GPU:{g.index}" for g in gpus)
 
 
 def _build(facts: Facts) -> tuple[dict[str, Any], str]:
@@ -170,15 +177,62 @@ def check_visible_devices(facts: Facts, config: Optional[Config]) -> list[Findin
                         "unset CUDA_VISIBLE_DEVICES (or set it to indices such as 0,1) and choose GPUs with "
                         "devices.visible_gpus in the tfgpu config instead.")]
     entries = [e.strip() for e in value.split(",") if e.strip()]
-    if len(visible) < len(entries):
+    hidden = cuda_choice(m.nvml_gpus, m.mig_devices, value)[1]
+    if len(visible) + len(hidden) < len(entries):
         return [Finding("cuda-visible-devices", "warning", title,
-                        f"CUDA_VISIBLE_DEVICES={value!r}: CUDA stops at the first entry that names no GPU, so "
-                        f"only {len(visible)} of the {len(entries)} listed are visible "
-                        f"({', '.join(str(g.nvml_index) for g in visible)})",
-                        f"use NVML indices 0-{len(m.nvml_gpus) - 1} or GPU UUIDs (nvidia-smi -L), each once.")]
+                        f"CUDA_VISIBLE_DEVICES={value!r}: CUDA stops at the first entry that names no GPU (or "
+                        f"repeats one), so only {len(visible)} of the {len(entries)} listed are visible "
+                        f"({_visible_text(visible)})",
+                        f"use NVML indices 0-{len(m.nvml_gpus) - 1}, GPU UUIDs or, for MIG instances, MIG UUIDs "
+                        "(nvidia-smi -L lists them all), each once.")]
     return [Finding("cuda-visible-devices", "ok", title,
-                    f"CUDA_VISIBLE_DEVICES={value!r}: {len(visible)} of {len(m.nvml_gpus)} GPU(s) visible, "
-                    f"renumbered from 0 ({', '.join(f'NVML {g.nvml_index} -> GPU:{g.index}' for g in visible)})")]
+                    f"CUDA_VISIBLE_DEVICES={value!r}: {len(visible)} device(s) visible, renumbered from 0 "
+                    f"({_visible_text(visible)})")]
+
+
+def check_mig(facts: Facts, config: Optional[Config]) -> list[Finding]:
+    """MIG (Multi-Instance GPU): instances present, which one this process gets, and the one-per-process limit."""
+    m = facts.machine
+    enabled = [g for g in m.nvml_gpus if g.mig_mode]
+    if not enabled:
+        return []
+    title = "MIG instances"
+    out = []
+    for gpu in enabled:
+        if not any(i.parent_uuid == gpu.uuid for i in m.mig_devices):
+            out.append(Finding("mig", "error", title,
+                               f"GPU {gpu.nvml_index} ({gpu.name}) is in MIG mode but has no MIG instance, so CUDA "
+                               "can use neither the GPU nor a slice of it",
+                               f"create instances (e.g. sudo nvidia-smi mig -i {gpu.nvml_index} -cgi 9,9 -C; "
+                               "nvidia-smi mig -lgip lists the profiles) or turn MIG mode off "
+                               f"(sudo nvidia-smi -i {gpu.nvml_index} -mig 0)."))
+    if not m.mig_devices:
+        return out
+    using = [g for g in m.gpus if g.is_mig]
+    hidden = m.mig_hidden
+    listed = "; ".join(f"{i.uuid}: {i.name}, {i.total_mib} MiB, GI {i.gpu_instance_id}/CI "
+                       f"{i.compute_instance_id} of GPU {i.nvml_index}" for i in m.mig_devices)
+    if using:
+        g = using[0]
+        seen = (f"this process uses MIG instance {g.uuid} ({g.name}) as GPU:{g.index}; memory settings apply to "
+                f"its {g.total_mib} MiB, not the whole GPU's")
+    else:
+        seen = "this process uses no MIG instance"
+    seen += f". NVML lists {len(m.mig_devices)} instance(s): {listed or 'none'}"
+    if hidden:
+        named = "CUDA_VISIBLE_DEVICES names" if "CUDA_VISIBLE_DEVICES" in m.env else "There are"
+        out.append(Finding("mig", "warning", title,
+                           f"{seen}. {named} {len(hidden) + len(using)} MIG instances but a CUDA process can use "
+                           f"only one (NVIDIA's MIG user guide), so {', '.join(h.uuid for h in hidden)} "
+                           f"{'is' if len(hidden) == 1 else 'are'} not visible to it",
+                           "name one instance per process: CUDA_VISIBLE_DEVICES=MIG-<uuid> (nvidia-smi -L); to "
+                           "train on several, run one worker per instance under multi_worker_mirrored "
+                           "(docs/multiworker.md)."))
+    elif using and "CUDA_VISIBLE_DEVICES" not in m.env:
+        out.append(Finding("mig", "ok", title, seen + "; set CUDA_VISIBLE_DEVICES=MIG-<uuid> to choose another"))
+    else:
+        out.append(Finding("mig", "ok", title, seen))
+    return out
 
 
 def check_packages(facts: Facts, config: Optional[Config]) -> list[Finding]:
@@ -473,6 +527,7 @@ CHECKS: tuple[Callable[[Facts, Optional[Config]], list[Finding]], ...] = (
     check_platform,
     check_driver,
     check_visible_devices,
+    check_mig,
     check_packages,
     check_tensorflow,
     check_libraries,
@@ -517,6 +572,15 @@ def report(findings: list[Finding], quiet: bool = False) -> str:
     return "\n".join(lines)
 
 
+def _memory(g: GpuInfo) -> str:
+    return f"{g.used_mib if g.used_mib is not None else '?'}/{g.total_mib if g.total_mib is not None else '?'}"
+
+
+def _table(rows: list[tuple[str, ...]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+
+
 def describe_facts(facts: Facts) -> str:
     """The text ``tfgpu devices`` prints: NVML's GPUs, then TensorFlow's devices."""
     m = facts.machine
@@ -524,17 +588,25 @@ def describe_facts(facts: Facts) -> str:
     if m.nvml_gpus:
         lines.append(f"NVIDIA driver {m.driver_version or '?'} (supports CUDA {m.cuda_driver_version or '?'}); "
                      f"NVML lists {len(m.nvml_gpus)} GPU(s):")
-        rows = [("NVML", "name", "UUID", "used/total MiB", "compute capability")]
-        rows += [(str(g.nvml_index), g.name, g.uuid or "-", f"{g.used_mib if g.used_mib is not None else '?'}/"
-                  f"{g.total_mib if g.total_mib is not None else '?'}", g.compute_capability or "?")
-                 for g in m.nvml_gpus]
-        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-        lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+        mig_column = {True: "on", False: "off", None: "-"}
+        rows = [("NVML", "name", "UUID", "used/total MiB", "compute capability", "MIG")]
+        rows += [(str(g.nvml_index), g.name, g.uuid or "-", _memory(g), g.compute_capability or "?",
+                  mig_column[g.mig_mode]) for g in m.nvml_gpus]
+        lines += _table(rows)
+        if m.mig_devices:
+            lines.append(f"MIG instances ({len(m.mig_devices)}; a CUDA process can use one of them):")
+            rows = [("GPU", "GI/CI", "name", "UUID", "used/total MiB")]
+            rows += [(str(g.nvml_index), f"{g.gpu_instance_id}/{g.compute_instance_id}", g.name, g.uuid, _memory(g))
+                     for g in m.mig_devices]
+            lines += _table(rows)
     else:
         lines.append(f"NVML: no GPU listed ({m.nvml_error or 'none found'}).")
-    if "CUDA_VISIBLE_DEVICES" in m.env:
-        visible = ", ".join(f"GPU:{g.index} = NVML {g.nvml_index}" for g in m.gpus) or "none"
-        lines.append(f"CUDA_VISIBLE_DEVICES={m.env['CUDA_VISIBLE_DEVICES']!r}: visible to this process: {visible}")
+    if "CUDA_VISIBLE_DEVICES" in m.env or m.mig_devices:
+        prefix = (f"CUDA_VISIBLE_DEVICES={m.env['CUDA_VISIBLE_DEVICES']!r}: " if "CUDA_VISIBLE_DEVICES" in m.env
+                  else "")
+        lines.append(f"{prefix or 'CUDA devices '}visible to this process: {_visible_text(m.gpus) or 'none'}")
+        if m.mig_hidden:
+            lines.append("  not visible (one MIG instance per process): " + ", ".join(g.uuid for g in m.mig_hidden))
     tf = facts.tensorflow
     if tf is None:
         lines.append("TensorFlow: not examined (--no-tensorflow).")

@@ -141,9 +141,7 @@ class Plan:
         lines += [f"  {k}={v}" for k, v in self.env.items()] or ["  (nothing to set)"]
         lines.append("TensorFlow calls (in order, before devices initialise):")
         lines += [f"  {i}. {c}    # {c.setting}" for i, c in enumerate(self.tf_calls, 1)] or ["  (none)"]
-        gpus = ", ".join(
-            f"GPU:{g.index} {g.name}" + (f" ({g.total_mib} MiB)" if g.total_mib else "") for g in self.gpus
-        )
+        gpus = ", ".join(f"GPU:{g.index} {g.label()}" for g in self.gpus)
         lines.append(f"Physical GPUs: {gpus or 'none (CPU only)'}")
         lines.append(f"Logical devices: {', '.join(self.logical_devices)}")
         s = self.strategy
@@ -191,6 +189,24 @@ def _visible(config: Config, probe: Probe) -> list[GpuInfo]:
     return [probe.gpus[i] for i in request]
 
 
+def _caps(config: Config, gpus: list[GpuInfo]) -> list[tuple[str, Any]]:
+    """``(key, cap)`` per visible GPU from ``memory_limit_mib`` / ``memory_fraction`` (a value or a list)."""
+    dev = config.devices
+    key, value = (("devices.memory_fraction", dev.memory_fraction) if dev.memory_fraction is not None
+                  else ("devices.memory_limit_mib", dev.memory_limit_mib))
+    if not isinstance(value, list):
+        return [(key, value)] * len(gpus)
+    if len(value) != len(gpus):
+        listed = ", ".join(f"GPU:{i} {g.label()}" for i, g in enumerate(gpus)) or "none"
+        raise DeviceError(
+            f"{key}: {len(value)} per-GPU values were given (received {value}) but {len(gpus)} GPU(s) will be "
+            f"visible: {listed}.",
+            "give one value per visible GPU, in that order (devices.visible_gpus chooses them), or a single "
+            "value for every GPU.",
+        )
+    return [(key, v) for v in value]
+
+
 def _memory_calls(config: Config, gpus: list[GpuInfo], warnings: list[str]) -> list[TfCall]:
     dev = config.devices
     split = dev.gpu_logical_devices
@@ -214,26 +230,27 @@ def _memory_calls(config: Config, gpus: list[GpuInfo], warnings: list[str]) -> l
                 + " has nothing to apply to"
             )
         return calls
-    for new_index, gpu in enumerate(gpus):
+    caps = _caps(config, gpus) if limited else [("", None)] * len(gpus)
+    for new_index, (gpu, (key, cap)) in enumerate(zip(gpus, caps)):
         target = f"GPU:{new_index}"
         if limited:
-            if dev.memory_fraction is not None:
+            if key == "devices.memory_fraction":
                 if gpu.total_mib is None:
                     raise DeviceError(
-                        f"devices.memory_fraction: {dev.memory_fraction} needs GPU {new_index}'s total "
+                        f"devices.memory_fraction: {cap} needs GPU {new_index}'s total "
                         "memory, which NVML could not report.",
                         "set devices.memory_limit_mib (MiB) instead, or install nvidia-ml-py and the NVIDIA driver.",
                     )
-                limit = int(math.floor(dev.memory_fraction * gpu.total_mib))
-                key = "devices.memory_fraction"
+                limit = int(math.floor(cap * gpu.total_mib))
             else:
-                limit = int(dev.memory_limit_mib)
-                key = "devices.memory_limit_mib"
+                limit = int(cap)
                 if gpu.total_mib is not None and limit > gpu.total_mib:
+                    per_gpu = ", ".join(str(g.total_mib) for g in gpus)
                     raise DeviceError(
                         f"devices.memory_limit_mib: {limit} MiB is more than GPU {new_index} ({gpu.name}) "
                         f"has: {gpu.total_mib} MiB in total.",
-                        f"set a limit of at most {gpu.total_mib} MiB, or use devices.memory_fraction.",
+                        f"set a limit of at most {gpu.total_mib} MiB, one limit per visible GPU as a list (their "
+                        f"totals: [{per_gpu}] MiB), or use devices.memory_fraction (of each GPU's own total).",
                     )
             each = limit // split
             if each < 64:
@@ -259,6 +276,33 @@ def _memory_calls(config: Config, gpus: list[GpuInfo], warnings: list[str]) -> l
         elif growth:
             calls.append(TfCall("tf.config.experimental.set_memory_growth", target, True, "devices.memory_growth"))
     return calls
+
+
+def _device_memory(calls: list[TfCall], gpus: list[GpuInfo]) -> list[Optional[int]]:
+    """MiB each visible GPU gives TensorFlow: its cap from the plan's calls, else its total."""
+    caps = {c.device: sum(c.value) for c in calls if c.api == "tf.config.set_logical_device_configuration"
+            and c.device and c.device.startswith("GPU:")}
+    return [caps.get(f"GPU:{i}", g.total_mib) for i, g in enumerate(gpus)]
+
+
+def _unequal_gpus(gpus: list[GpuInfo], calls: list[TfCall], strategy: "StrategyPlan", split: int,
+                  warnings: list[str]) -> None:
+    """Warn when one strategy's GPU replicas are not alike (model, or memory given to TensorFlow)."""
+    used = sorted({int(d.split(":")[1]) // split for d in strategy.devices if d.startswith("/gpu:")})
+    if len(used) < 2:
+        return
+    memory = _device_memory(calls, gpus)
+    if len({(gpus[i].name, memory[i]) for i in used}) < 2:
+        return
+    listed = ", ".join(f"GPU:{i} {gpus[i].name} ({memory[i] if memory[i] is not None else '?'} MiB for TensorFlow)"
+                       for i in used)
+    smallest = min((memory[i] for i in used if memory[i] is not None), default=None)
+    warnings.append(
+        f"{strategy.kind} strategy over unequal GPUs: {listed}. Every replica runs the same step on the same "
+        "per-replica batch in lockstep, so the slowest GPU sets the pace"
+        + (f" and the smallest memory ({smallest} MiB) must hold a replica's batch" if smallest else "")
+        + "; to train on alike GPUs only, choose them with devices.visible_gpus"
+    )
 
 
 def _cross_device_ops(config: Config, kind: str, devices: tuple[str, ...], probe: Probe,
@@ -372,6 +416,22 @@ def _multi_worker(config: Config, logical: tuple[str, ...], gpu_count: int, prob
     return StrategyPlan("multi_worker_mirrored", devices, communication, cluster)
 
 
+def _mig_warnings(probe: Probe, gpus: list[GpuInfo], warnings: list[str]) -> None:
+    """MIG instances this process cannot use (a CUDA process enumerates one MIG instance only)."""
+    hidden = probe.mig_hidden
+    if not hidden:
+        return
+    using = next((g for g in gpus if g.is_mig), None)
+    warnings.append(
+        f"{len(hidden) + 1} MIG instances are available but a CUDA process can use only one MIG instance "
+        f"(NVIDIA's MIG user guide): this process "
+        + (f"uses {using.uuid} ({using.name}) and " if using else "")
+        + f"cannot see {', '.join(h.uuid for h in hidden)}; to train on several instances run one worker per "
+        "instance, each with CUDA_VISIBLE_DEVICES=MIG-<uuid> (nvidia-smi -L lists them) under "
+        "multi_worker_mirrored"
+    )
+
+
 # Measured on the seed CNN's training step (`python benchmarks/floor.py --jit` against
 # without; docs/benchmarks.md): on a 2-core x86 CPU (AVX-512), XLA made it 4.4x slower at
 # 4096 samples per replica and 2.8x slower at 128, so `auto` keeps XLA off on CPUs.
@@ -450,9 +510,7 @@ def make_plan(config: Config, probe: Probe) -> Plan:
     if dev.visible_gpus == "none":
         env["CUDA_VISIBLE_DEVICES"] = "-1"
     elif dev.visible_gpus != "all":
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(
-            str(g.nvml_index if g.nvml_index is not None else g.index) for g in gpus
-        )
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(g.cuda_name for g in gpus)
     if tfc.gpu_allocator != "default":
         env["TF_GPU_ALLOCATOR"] = tfc.gpu_allocator
 
@@ -485,6 +543,8 @@ def make_plan(config: Config, probe: Probe) -> Plan:
     cpu_count = dev.cpu_logical_devices
     logical = tuple(f"/gpu:{i}" for i in range(gpu_count)) or tuple(f"/cpu:{i}" for i in range(cpu_count))
     strategy = _strategy(config, logical, cpu_count, gpu_count, probe, warnings)
+    _unequal_gpus(gpus, calls, strategy, dev.gpu_logical_devices, warnings)
+    _mig_warnings(probe, gpus, warnings)
     replicas = max(1, len(strategy.devices)) * (strategy.cluster.num_workers if strategy.cluster else 1)
     per_replica = config.train.batch_size_per_replica
     scale = {"none": 1.0, "linear": float(replicas), "sqrt": math.sqrt(replicas)}[config.train.lr_scaling]

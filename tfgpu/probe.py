@@ -50,7 +50,8 @@ RELEVANT_ENV = (
     *SLURM_ENV,  # Slurm's task layout (tfgpu.cluster resolves the workers from it)
 )
 
-#: Python distributions the doctor looks at (name -> what it is).
+#: Python distributions whose installed versions the doctor reads (TensorFlow's many
+#: package names, Keras, NVML's bindings and the CUDA wheels of ``tensorflow[and-cuda]``).
 PACKAGES = (
     "tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tensorflow-intel", "tensorflow-macos",
     "tensorflow-metal", "tf-nightly", "tf-nightly-cpu", "keras", "tf-keras", "nvidia-ml-py", "pynvml",
@@ -61,18 +62,31 @@ PACKAGES = (
 
 @dataclass(frozen=True)
 class GpuInfo:
-    """One physical GPU as this process can use it.
+    """One CUDA device: a whole physical GPU, or one MIG instance of a GPU.
+
+    A MIG (Multi-Instance GPU) instance is a slice of an A100/H100-class GPU
+    with its own memory and compute; CUDA and TensorFlow see it as one GPU
+    whose memory is the instance's (https://docs.nvidia.com/datacenter/tesla/mig-user-guide/).
 
     Attributes:
         index: the index TensorFlow will give it (``/physical_device:GPU:<index>``)
-            with ``CUDA_DEVICE_ORDER=PCI_BUS_ID``, counting only GPUs an
+            with ``CUDA_DEVICE_ORDER=PCI_BUS_ID``, counting only the devices an
             existing ``CUDA_VISIBLE_DEVICES`` lets through.
-        name: the product name, e.g. ``"NVIDIA H100 80GB HBM3"``.
-        total_mib: total memory in MiB, or ``None`` when unknown.
-        uuid: NVML's UUID (``"GPU-..."``), or ``""``.
-        nvml_index: NVML's own index (all GPUs of the machine), or ``None``.
+        name: the product name, e.g. ``"NVIDIA H100 80GB HBM3"``, or for a MIG
+            instance NVML's name with its profile, e.g.
+            ``"NVIDIA A100-SXM4-40GB MIG 3g.20gb"``.
+        total_mib: total memory in MiB (a MIG instance's own), or ``None`` when unknown.
+        uuid: NVML's UUID (``"GPU-..."``; ``"MIG-..."`` for an instance), or ``""``.
+        nvml_index: NVML's own index of the physical GPU (for an instance: of
+            its parent GPU), or ``None``.
         used_mib: memory in use (by any process) when probed, in MiB, or ``None``.
         compute_capability: ``"major.minor"``, e.g. ``"9.0"``, or ``None``.
+        mig_mode: on a physical GPU: ``True`` when MIG mode is enabled (CUDA can
+            then use only its instances, not the whole GPU), ``False`` when it is
+            disabled, ``None`` when the GPU has no MIG support or NVML did not say.
+        parent_uuid: for a MIG instance, the UUID of its physical GPU; ``""`` for a whole GPU.
+        gpu_instance_id: for a MIG instance, its GPU instance (GI) id, else ``None``.
+        compute_instance_id: for a MIG instance, its compute instance (CI) id, else ``None``.
     """
 
     index: int
@@ -82,6 +96,32 @@ class GpuInfo:
     nvml_index: Optional[int] = None
     used_mib: Optional[int] = None
     compute_capability: Optional[str] = None
+    mig_mode: Optional[bool] = None
+    parent_uuid: str = ""
+    gpu_instance_id: Optional[int] = None
+    compute_instance_id: Optional[int] = None
+
+    @property
+    def is_mig(self) -> bool:
+        """Whether this is a MIG instance (not a whole GPU)."""
+        return bool(self.parent_uuid)
+
+    @property
+    def cuda_name(self) -> str:
+        """What ``CUDA_VISIBLE_DEVICES`` names it by: the MIG UUID for an
+        instance (an index would name the whole parent GPU), else the NVML index
+        (or, without NVML, the index)."""
+        if self.is_mig:
+            return self.uuid
+        return str(self.nvml_index if self.nvml_index is not None else self.index)
+
+    def label(self) -> str:
+        """``"NVIDIA A100 (40960 MiB)"``; an instance adds ``MIG GI 1/CI 0 of GPU <nvml index>``."""
+        memory = f"{self.total_mib} MiB" if self.total_mib is not None else "memory unknown"
+        if self.is_mig:
+            return (f"{self.name} ({memory}; MIG instance GI {self.gpu_instance_id}/CI "
+                    f"{self.compute_instance_id} of NVML GPU {self.nvml_index})")
+        return f"{self.name} ({memory})"
 
 
 @dataclass(frozen=True)
@@ -89,12 +129,13 @@ class Probe:
     """What the machine offers, as plain data.
 
     Attributes:
-        gpus: the GPUs this process may use, in TensorFlow's order.
+        gpus: the CUDA devices this process may use (whole GPUs and at most
+            one MIG instance, see :func:`cuda_visible`), in TensorFlow's order.
         nvml_error: why NVML could not be read (no driver, ...), or ``None``.
         env: the values of :data:`RELEVANT_ENV` that are set.
-        tf_imported: whether ``tensorflow`` was already imported.
         platform: ``sys.platform`` (``"linux"``, ``"win32"``, ``"darwin"``).
-        nvml_gpus: every GPU NVML lists, before ``CUDA_VISIBLE_DEVICES``.
+        nvml_gpus: every physical GPU NVML lists, before ``CUDA_VISIBLE_DEVICES``.
+        mig_devices: every MIG instance NVML lists on GPUs in MIG mode, in NVML order.
         driver_version: the NVIDIA driver, e.g. ``"550.54.15"``, or ``None``.
         cuda_driver_version: the newest CUDA the driver supports, e.g. ``"12.4"``.
         nvidia_smi: the path of ``nvidia-smi``, or ``None`` when not on PATH.
@@ -108,9 +149,9 @@ class Probe:
     gpus: tuple[GpuInfo, ...] = ()
     nvml_error: Optional[str] = None
     env: dict[str, str] = field(default_factory=dict)
-    tf_imported: bool = False
     platform: str = "linux"
     nvml_gpus: tuple[GpuInfo, ...] = ()
+    mig_devices: tuple[GpuInfo, ...] = ()
     driver_version: Optional[str] = None
     cuda_driver_version: Optional[str] = None
     nvidia_smi: Optional[str] = None
@@ -120,6 +161,13 @@ class Probe:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @property
+    def mig_hidden(self) -> tuple[GpuInfo, ...]:
+        """MIG instances ``CUDA_VISIBLE_DEVICES`` lets through (all of them when
+        it is unset) that CUDA will not show this process, because a CUDA
+        process enumerates one MIG instance only."""
+        return tuple(cuda_choice(self.nvml_gpus, self.mig_devices, self.env.get("CUDA_VISIBLE_DEVICES"))[1])
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Probe":
@@ -243,97 +291,190 @@ def _nvml_version(code: int) -> str:
     return f"{code // 1000}.{(code % 1000) // 10}"
 
 
-def _read_nvml() -> dict[str, Any]:
-    """All GPUs NVML lists, in NVML (PCI bus) order, and the driver; or the reason it could not."""
+def _read_nvml(nvml: Any = None) -> dict[str, Any]:
+    """All physical GPUs NVML lists, in NVML (PCI bus) order, their MIG instances and
+    the driver; or the reason they could not be read.
+
+    Args:
+        nvml: the NVML bindings (``pynvml`` from nvidia-ml-py when ``None``).
+            This is the one place where hardware facts enter tfgpu: tests pass
+            an object with the same functions to describe a machine they do not
+            have (MIG instances, mixed GPU models).
+
+    MIG: on a GPU whose current MIG mode is enabled (``nvmlDeviceGetMigMode``),
+    each slot below ``nvmlDeviceGetMaxMigDeviceCount`` that holds an instance
+    (``nvmlDeviceGetMigDeviceHandleByIndex``; an empty slot raises NotFound)
+    is read with the same calls as a GPU, which then report the instance's own
+    memory and ``MIG-...`` UUID.
+    """
+    if nvml is None:
+        try:
+            import pynvml as nvml  # noqa: PLC0415 - provided by nvidia-ml-py
+        except ImportError:
+            return {"nvml_error": "nvidia-ml-py is not installed (pip install nvidia-ml-py)"}
     try:
-        import pynvml  # noqa: PLC0415 - provided by nvidia-ml-py
-    except ImportError:
-        return {"nvml_error": "nvidia-ml-py is not installed (pip install nvidia-ml-py)"}
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError as exc:
+        nvml.nvmlInit()
+    except nvml.NVMLError as exc:
         return {"nvml_error": f"NVML could not start ({_text(exc)}): no NVIDIA driver is loaded"}
     out: dict[str, Any] = {}
+
+    def optional(read: Any) -> Any:
+        try:
+            return read()
+        except nvml.NVMLError:
+            return None
+
     try:
-        for key, read in (("driver_version", lambda: _text(pynvml.nvmlSystemGetDriverVersion())),
-                          ("cuda_driver_version", lambda: _nvml_version(pynvml.nvmlSystemGetCudaDriverVersion()))):
-            try:
-                out[key] = read()
-            except pynvml.NVMLError:
-                out[key] = None
-        gpus = []
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
-            memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
-            try:
-                major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
-                capability: Optional[str] = f"{major}.{minor}"
-            except pynvml.NVMLError:
-                capability = None
-            gpus.append(GpuInfo(
+        out["driver_version"] = optional(lambda: _text(nvml.nvmlSystemGetDriverVersion()))
+        out["cuda_driver_version"] = optional(lambda: _nvml_version(nvml.nvmlSystemGetCudaDriverVersion()))
+        gpus, instances = [], []
+        for i in range(nvml.nvmlDeviceGetCount()):
+            handle = nvml.nvmlDeviceGetHandleByIndex(i)
+            memory = nvml.nvmlDeviceGetMemoryInfo(handle)
+            capability = optional(lambda: "{}.{}".format(*nvml.nvmlDeviceGetCudaComputeCapability(handle)))
+            modes = optional(lambda: nvml.nvmlDeviceGetMigMode(handle))  # (current, pending); NotSupported: no MIG
+            mig_mode = None if modes is None else modes[0] == nvml.NVML_DEVICE_MIG_ENABLE
+            gpu = GpuInfo(
                 index=i,
-                name=_text(pynvml.nvmlDeviceGetName(handle)),
+                name=_text(nvml.nvmlDeviceGetName(handle)),
                 total_mib=int(memory.total // (1024 * 1024)),
-                uuid=_text(pynvml.nvmlDeviceGetUUID(handle)),
+                uuid=_text(nvml.nvmlDeviceGetUUID(handle)),
                 nvml_index=i,
                 used_mib=int(memory.used // (1024 * 1024)),
                 compute_capability=capability,
-            ))
+                mig_mode=mig_mode,
+            )
+            gpus.append(gpu)
+            if mig_mode:
+                for slot in range(nvml.nvmlDeviceGetMaxMigDeviceCount(handle)):
+                    mig = optional(lambda: nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot))
+                    if mig is None:
+                        continue
+                    mig_memory = nvml.nvmlDeviceGetMemoryInfo(mig)
+                    instances.append(dataclasses.replace(
+                        gpu,
+                        name=_text(nvml.nvmlDeviceGetName(mig)),
+                        total_mib=int(mig_memory.total // (1024 * 1024)),
+                        used_mib=int(mig_memory.used // (1024 * 1024)),
+                        uuid=_text(nvml.nvmlDeviceGetUUID(mig)),
+                        mig_mode=None,
+                        parent_uuid=gpu.uuid,
+                        gpu_instance_id=optional(lambda: int(nvml.nvmlDeviceGetGpuInstanceId(mig))),
+                        compute_instance_id=optional(lambda: int(nvml.nvmlDeviceGetComputeInstanceId(mig))),
+                    ))
         out["nvml_gpus"] = tuple(gpus)
-    except pynvml.NVMLError as exc:
+        out["mig_devices"] = tuple(instances)
+    except nvml.NVMLError as exc:
         out["nvml_error"] = f"NVML failed while listing GPUs: {_text(exc)}"
     finally:
         try:
-            pynvml.nvmlShutdown()
-        except pynvml.NVMLError:
+            nvml.nvmlShutdown()
+        except nvml.NVMLError:
             pass
     return out
 
 
-def cuda_visible(gpus: Sequence[GpuInfo], cuda_visible_devices: Optional[str]) -> list[GpuInfo]:
-    """Apply CUDA's ``CUDA_VISIBLE_DEVICES`` rules to NVML's list and renumber.
+def _cuda_devices_of(gpu: GpuInfo, mig_devices: Sequence[GpuInfo]) -> list[GpuInfo]:
+    """What CUDA can run on for one physical GPU: the GPU, or its MIG instances when MIG mode is on."""
+    if gpu.mig_mode:
+        return [m for m in mig_devices if m.parent_uuid == gpu.uuid]
+    return [gpu]
 
-    Entries are NVML indices or UUID prefixes (``GPU-8f1...``); CUDA stops at the
-    first entry that matches no GPU, and an empty value or ``-1`` hides all.
+
+def _match(entry: str, gpus: Sequence[GpuInfo], mig_devices: Sequence[GpuInfo]) -> Optional[list[GpuInfo]]:
+    """The CUDA devices one ``CUDA_VISIBLE_DEVICES`` entry names, or ``None`` when it names none."""
+    if entry.isdigit():
+        gpu = next((g for g in gpus if g.nvml_index == int(entry)), None)
+        return _cuda_devices_of(gpu, mig_devices) if gpu else None
+    if entry.startswith("MIG-GPU-"):  # drivers before R470: MIG-GPU-<GPU UUID>/<GI>/<CI>
+        parent, _, ids = entry[len("MIG-"):].partition("/")
+        gi, _, ci = ids.partition("/")
+        found = [m for m in mig_devices if m.parent_uuid == parent and str(m.gpu_instance_id) == gi
+                 and str(m.compute_instance_id) == ci]
+        return found or None
+    if entry.startswith("MIG-"):
+        found = [m for m in mig_devices if m.uuid.startswith(entry)]
+        return found[:1] if len(found) == 1 else None  # a prefix must name one instance
+    if entry.startswith("GPU-"):
+        found = [g for g in gpus if g.uuid.startswith(entry)]
+        return _cuda_devices_of(found[0], mig_devices) if len(found) == 1 else None
+    return None
+
+
+def cuda_choice(gpus: Sequence[GpuInfo], mig_devices: Sequence[GpuInfo],
+                cuda_visible_devices: Optional[str]) -> tuple[list[GpuInfo], list[GpuInfo]]:
+    """Apply CUDA's ``CUDA_VISIBLE_DEVICES`` rules to NVML's devices and renumber.
+
+    Args:
+        gpus: NVML's physical GPUs (:attr:`Probe.nvml_gpus`).
+        mig_devices: NVML's MIG instances (:attr:`Probe.mig_devices`).
+        cuda_visible_devices: the variable's value, or ``None`` when unset.
+
+    Returns:
+        ``(visible, hidden_mig)``: the devices this process sees, numbered from
+        0 in the order given, and the MIG instances it named (or, unset, that
+        exist) but cannot see.
+
+    Rules (CUDA's, https://docs.nvidia.com/cuda/cuda-c-programming-guide/#env-vars,
+    and NVIDIA's MIG user guide): entries are NVML indices, GPU UUID prefixes
+    (``GPU-8f1...``), MIG UUIDs (``MIG-<uuid>``, R470+ drivers) or
+    ``MIG-GPU-<GPU UUID>/<GI>/<CI>`` (older drivers); CUDA stops at the first
+    entry that names nothing or repeats one, and an empty value or ``-1``
+    hides all. A GPU in MIG mode cannot be used whole: an entry naming it
+    stands for its instances. A CUDA process enumerates only one MIG instance,
+    so after the first instance any further ones are hidden (whole GPUs are not).
     """
     chosen: list[GpuInfo] = []
     if cuda_visible_devices is None:
-        chosen = list(gpus)
+        for gpu in gpus:
+            chosen += _cuda_devices_of(gpu, mig_devices)
     else:
         for entry in (e.strip() for e in cuda_visible_devices.split(",")):
-            match = None
-            if entry.isdigit():
-                match = next((g for g in gpus if g.nvml_index == int(entry)), None)
-            elif entry.startswith(("GPU-", "MIG-")):
-                match = next((g for g in gpus if g.uuid.startswith(entry)), None)
-            if match is None or match in chosen:
+            match = _match(entry, gpus, mig_devices)
+            if match is None or any(m in chosen for m in match):
                 break
-            chosen.append(match)
-    return [dataclasses.replace(g, index=i) for i, g in enumerate(chosen)]
+            chosen += match
+    visible, hidden = [], []
+    for device in chosen:
+        if device.is_mig and any(v.is_mig for v in visible):
+            hidden.append(device)
+        else:
+            visible.append(device)
+    return [dataclasses.replace(g, index=i) for i, g in enumerate(visible)], hidden
 
 
-def probe() -> Probe:
-    """Discover the GPUs this process may use, without TensorFlow.
+def cuda_visible(gpus: Sequence[GpuInfo], cuda_visible_devices: Optional[str],
+                 mig_devices: Sequence[GpuInfo] = ()) -> list[GpuInfo]:
+    """The devices this process sees: :func:`cuda_choice`'s first half."""
+    return cuda_choice(gpus, mig_devices, cuda_visible_devices)[0]
+
+
+def probe(nvml: Any = None) -> Probe:
+    """Discover the GPUs (and MIG instances) this process may use, without TensorFlow.
 
     Reads NVML (``nvidia-ml-py``, https://pypi.org/project/nvidia-ml-py/) and
     the environment. Never raises for a missing driver: ``nvml_error`` says why
     no GPU was listed.
 
+    Args:
+        nvml: NVML bindings to read instead of ``pynvml`` (see :func:`_read_nvml`;
+            tests describe machines they do not have with it).
+
     Environment variables read: ``CUDA_VISIBLE_DEVICES`` (which GPUs are
     visible, and their renumbering) and the others in :data:`RELEVANT_ENV`.
     """
-    nvml = _read_nvml()
+    found = _read_nvml(nvml)
     env = {k: os.environ[k] for k in RELEVANT_ENV if k in os.environ}
-    all_gpus = nvml.get("nvml_gpus", ())
+    all_gpus, mig_devices = found.get("nvml_gpus", ()), found.get("mig_devices", ())
     return Probe(
-        gpus=tuple(cuda_visible(all_gpus, env.get("CUDA_VISIBLE_DEVICES"))),
-        nvml_error=nvml.get("nvml_error"),
+        gpus=tuple(cuda_visible(all_gpus, env.get("CUDA_VISIBLE_DEVICES"), mig_devices)),
+        nvml_error=found.get("nvml_error"),
         env=env,
-        tf_imported="tensorflow" in sys.modules,
         platform=sys.platform,
         nvml_gpus=tuple(all_gpus),
-        driver_version=nvml.get("driver_version"),
-        cuda_driver_version=nvml.get("cuda_driver_version"),
+        mig_devices=tuple(mig_devices),
+        driver_version=found.get("driver_version"),
+        cuda_driver_version=found.get("cuda_driver_version"),
         nvidia_smi=shutil.which("nvidia-smi"),
         device_nodes=tuple(sorted(glob.glob("/dev/nvidia*"))),
         in_container=os.path.exists("/.dockerenv") or os.path.exists("/run/.containerenv"),

@@ -12,11 +12,11 @@ import re
 from typing import Annotated, Any, Literal, Optional, Union
 
 import yaml
-from pydantic import (AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationInfo, field_validator,
-                      model_validator)
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter, ValidationError,
+                      ValidationInfo, field_validator, model_validator)
 from pydantic_core import PydanticCustomError
 
-from .messages import short_repr
+from .messages import requirement, short_repr
 
 
 def _import_path(value: str) -> str:
@@ -27,6 +27,22 @@ def _import_path(value: str) -> str:
 
 #: ``"package.module:function"`` (``model.builder``, ``data.builder``).
 ImportPath = Annotated[str, AfterValidator(_import_path)]
+
+
+#: The checks of one memory cap (``devices.memory_limit_mib`` / ``memory_fraction``).
+_CAPS = {
+    "memory_limit_mib": TypeAdapter(Annotated[int, Field(gt=0, strict=True)]),
+    "memory_fraction": TypeAdapter(Annotated[float, Field(gt=0, le=1, strict=True)]),
+}
+
+
+def _validated(adapter: TypeAdapter, value: Any) -> Any:
+    """``adapter``'s value, or its first error raised again with the same type and ``ctx``."""
+    try:
+        return adapter.validate_python(value)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        raise PydanticCustomError(error["type"], error["msg"], error.get("ctx")) from None
 
 
 class _Section(BaseModel):
@@ -47,10 +63,14 @@ class DevicesConfig(_Section):
         memory_growth: allocate GPU memory as needed instead of all at start
             (``tf.config.experimental.set_memory_growth``). ``null`` (default)
             means on, unless a memory limit, fraction or logical split is set.
+            One value for every GPU: TensorFlow refuses growth that differs
+            between GPUs, so a list or mapping is an error that says so.
         memory_limit_mib: cap each visible GPU at this many MiB
-            (``tf.config.set_logical_device_configuration``).
+            (``tf.config.set_logical_device_configuration``); or a list with
+            one cap per visible GPU, in their order, for GPUs of different sizes.
         memory_fraction: cap each visible GPU at this fraction (0, 1] of its
-            total memory, read through NVML.
+            own total memory (a MIG instance's: the instance's), read through
+            NVML; or a list with one fraction per visible GPU.
         gpu_logical_devices: split each visible GPU into this many logical
             devices, each with an equal share of the limit.
         cpu_logical_devices: split the CPU into this many logical devices
@@ -63,8 +83,8 @@ class DevicesConfig(_Section):
 
     visible_gpus: Union[Literal["all", "none"], list[int]] = "all"
     memory_growth: Optional[bool] = None
-    memory_limit_mib: Optional[int] = Field(None, gt=0)
-    memory_fraction: Optional[float] = Field(None, gt=0, le=1)
+    memory_limit_mib: Optional[Union[int, list[int]]] = None
+    memory_fraction: Optional[Union[float, list[float]]] = None
     gpu_logical_devices: int = Field(1, ge=1, le=64)
     cpu_logical_devices: int = Field(1, ge=1, le=256)
     soft_placement: bool = True
@@ -83,6 +103,44 @@ class DevicesConfig(_Section):
                 raise ValueError(f"GPU index {dupes[0]} is listed twice")
             return value
         raise ValueError('expected "all", "none" or a list of GPU indices such as [0, 1]')
+
+    @field_validator("memory_growth", mode="before")
+    @classmethod
+    def _check_growth(cls, value: Any) -> Any:
+        if isinstance(value, (list, tuple, dict)):
+            raise ValueError(
+                "memory growth is one setting for every GPU: TensorFlow refuses to start when it differs "
+                "between GPUs ('Memory growth cannot differ between GPU devices'); set true or false, and to "
+                "give GPUs of different sizes different amounts, cap each one with a list in "
+                "devices.memory_limit_mib or devices.memory_fraction"
+            )
+        return value
+
+    @field_validator("memory_limit_mib", "memory_fraction", mode="wrap")
+    @classmethod
+    def _check_cap(cls, value: Any, handler: Any, info: ValidationInfo) -> Any:
+        """A scalar is checked as before (pydantic's own errors: greater than 0, ...); a
+        list is one cap per visible GPU, each checked the same way."""
+        adapter = _CAPS[info.field_name]
+        if value is None:
+            return None
+        if not isinstance(value, list):
+            return _validated(adapter, value)
+        if not value:
+            raise ValueError("an empty list caps no GPU; give one value per visible GPU, or one value for all")
+        for i, item in enumerate(value):
+            if item is None:
+                raise ValueError(
+                    f"entry {i} is null, so that GPU would grow while the others are capped: TensorFlow cannot "
+                    "mix the two (with any GPU capped it ignores memory growth, and the uncapped GPU takes all "
+                    "of its memory at start); give every visible GPU a cap (for a whole GPU, "
+                    "devices.memory_fraction 1.0), or leave both keys unset for memory growth everywhere"
+                )
+            try:
+                adapter.validate_python(item)
+            except ValidationError as exc:
+                raise ValueError(f"entry {i} ({short_repr(item)}): {requirement(exc.errors()[0])}") from None
+        return list(value)
 
     @model_validator(mode="after")
     def _check_memory(self) -> "DevicesConfig":
