@@ -140,3 +140,22 @@ def test_corrupt_gzip(tmp_path):
     (tmp_path / "train-images-idx3-ubyte.gz").write_bytes(b"\x1f\x8b broken")
     with pytest.raises(DataError, match="cannot read IDX file"):
         load_arrays("mnist", str(tmp_path))
+
+
+def test_data_dir_not_mounted_in_a_container_names_the_mount(tmp_path, monkeypatch):
+    """In a container (told, not detected: this host is none), an empty or missing $TFGPU_DATA_DIR is a missing
+    ``-v HOST_DIR:/data``; the message says so and shows the mount. tests/test_container.py sees it for real."""
+    from tfgpu.data.base import unmounted_data  # noqa: PLC0415
+
+    root = tmp_path / "data"
+    monkeypatch.setenv("TFGPU_DATA_DIR", str(root))
+    what, fix = unmounted_data(root / "mnist", container=True)
+    assert f"{root} does not exist" in what and "mounted" in what
+    assert f"docker run -v /path/to/data:{root}:ro" in fix and "mnist/" in fix
+    root.mkdir()
+    what, _ = unmounted_data(root / "breast_cancer" / "breast_cancer.csv", container=True)
+    assert f"{root} is empty" in what
+    assert unmounted_data(root / "mnist", container=False) is None          # not a container: the usual message
+    assert unmounted_data(tmp_path / "elsewhere", container=True) is None   # not under TFGPU_DATA_DIR
+    (root / "cifar10").mkdir()
+    assert unmounted_data(root / "mnist", container=True) is None           # something is mounted: the usual message

@@ -77,6 +77,21 @@ def parse_dockerfile(text: str) -> list[Instruction]:
     As Docker does: comment lines (``#`` first) are dropped, also inside a continuation, and
     WORKDIR is tracked (a relative WORKDIR extends the previous one).
     """
+    return _stages(text)[1]
+
+
+def global_args(text: str) -> dict[str, str]:
+    """The ``ARG NAME=default`` declared before the first FROM (what ``--build-arg`` can change)."""
+    args = {}
+    for ins in _stages(text)[0]:
+        if ins.keyword == "ARG":
+            name, _, default = ins.args.strip().partition("=")
+            args[name] = default.strip('"')
+    return args
+
+
+def _stages(text: str) -> tuple[list[Instruction], list[Instruction]]:
+    """(the instructions before the first FROM, those of the final stage)."""
     instructions: list[Instruction] = []
     buffer: list[str] = []
     start = 0
@@ -103,7 +118,7 @@ def parse_dockerfile(text: str) -> list[Instruction]:
         if ins.keyword == "WORKDIR":
             workdir = posixpath.normpath(posixpath.join(workdir, ins.args.strip().strip('"')))
         ins.workdir = workdir
-    return final
+    return instructions[:froms[0]], final
 
 
 @dataclasses.dataclass
@@ -119,6 +134,11 @@ class Image:
     """What the Dockerfile promises about the image, read from its final stage."""
 
     instructions: list[Instruction]
+    args: dict[str, str] = dataclasses.field(default_factory=dict)   # global ARGs and their defaults
+
+    def expand(self, text: str) -> str:
+        """``text`` with ``${NAME}`` / ``$NAME`` of the global ARGs replaced by their defaults."""
+        return re.sub(r"\$\{(\w+)\}|\$(\w+)", lambda m: self.args.get(m[1] or m[2], m[0]), text)
 
     def all(self, keyword: str) -> list[Instruction]:
         return [ins for ins in self.instructions if ins.keyword == keyword]
@@ -130,8 +150,9 @@ class Image:
 
     @property
     def base(self) -> str:
+        """The FROM image with the default build arguments (``docker build`` without ``--build-arg``)."""
         words = [w for w in self.last("FROM").args.split() if not w.startswith("--")]
-        return words[0]
+        return self.expand(words[0])
 
     @property
     def workdir(self) -> str:
@@ -157,7 +178,7 @@ class Image:
         for ins in self.all("LABEL"):
             for word in shlex.split(ins.args):
                 key, _, value = word.partition("=")
-                labels[key] = value
+                labels[key] = self.expand(value)
         return labels
 
     @property
@@ -203,7 +224,7 @@ class Image:
         return None
 
 
-IMAGE = Image(parse_dockerfile(DOCKERFILE.read_text()))
+IMAGE = Image(parse_dockerfile(DOCKERFILE.read_text()), global_args(DOCKERFILE.read_text()))
 
 
 # --------------------------------------------------------------------------- .dockerignore
@@ -280,7 +301,8 @@ DOCKER_RUN_FLAGS = {"--rm", "-i", "-t", "-it", "-d", "--detach", "--init", "--in
                     "--privileged", "--read-only", "--no-healthcheck"}
 DOCKER_RUN_VALUED = {"--gpus", "-v", "--volume", "-e", "--env", "--env-file", "-u", "--user", "-w", "--workdir",
                      "--name", "--runtime", "--entrypoint", "--mount", "--shm-size", "--ipc", "--network",
-                     "--ulimit", "-p", "--publish", "--cpus", "-m", "--memory", "--platform", "--pull"}
+                     "--ulimit", "-p", "--publish", "--cpus", "-m", "--memory", "--platform", "--pull",
+                     "--stop-timeout", "--stop-signal"}
 
 
 @dataclasses.dataclass
@@ -424,7 +446,9 @@ def documented_commands() -> list[tuple[str, list[str], str]]:
 
 
 def docker_builds() -> list[tuple[str, list[str], str]]:
-    return [c for c in documented_commands() if c[1][:2] == ["docker", "build"]]
+    """The documented builds of the GPU image: ``docker build`` without ``--build-arg BASE=`` (a CPU image)."""
+    return [c for c in documented_commands() if c[1][:2] == ["docker", "build"]
+            and not any(w.startswith(("BASE=", "--build-arg=BASE=")) for w in c[1])]
 
 
 def docker_runs() -> list[DockerRun]:
@@ -513,14 +537,16 @@ def _tested_tensorflow() -> str:
 
 
 def test_base_image_is_the_tensorflow_tfgpu_is_tested_with():
-    """The base is ``tensorflow/tensorflow:X.Y.Z-gpu`` with X.Y.Z exactly the release setup.cfg
-    names as tested, within install_requires, and of the same minor release as the TensorFlow
-    these tests run on: the CUDA/cuDNN wheels TensorFlow requires change with the minor release,
-    so an image of another minor release would ship a combination no test here has exercised.
-    (The patch level is not compared: CI installs the newest TensorFlow the range allows.)
+    """The default base (``ARG BASE``) is ``docker.io/tensorflow/tensorflow:X.Y.Z-gpu`` with X.Y.Z
+    exactly the release setup.cfg names as tested, within install_requires, and of the same minor
+    release as the TensorFlow these tests run on: the CUDA/cuDNN wheels TensorFlow requires change
+    with the minor release, so an image of another minor release would ship a combination no test
+    here has exercised. (The patch level is not compared: CI installs the newest TensorFlow the
+    range allows.) Fully qualified, because podman refuses a short name it cannot resolve.
     """
-    match = re.fullmatch(r"tensorflow/tensorflow:(\d+\.\d+\.\d+)-gpu", IMAGE.base)
-    assert match, f"FROM {IMAGE.base}: expected tensorflow/tensorflow:X.Y.Z-gpu pinned to a release"
+    assert "BASE" in IMAGE.args, "the Dockerfile should declare `ARG BASE=<the GPU image>` before FROM"
+    match = re.fullmatch(r"docker\.io/tensorflow/tensorflow:(\d+\.\d+\.\d+)-gpu", IMAGE.base)
+    assert match, f"FROM {IMAGE.base}: expected docker.io/tensorflow/tensorflow:X.Y.Z-gpu pinned to a release"
     base = Version(match.group(1))
     assert base == Version(_tested_tensorflow()), f"FROM {IMAGE.base}, but setup.cfg says tested with {_tested_tensorflow()}"
     cfg = ConfigParser()
@@ -534,7 +560,7 @@ def test_base_image_is_the_tensorflow_tfgpu_is_tested_with():
         "move FROM (and setup.cfg's tested version) to the release that is tested")
     label = IMAGE.labels.get("org.opencontainers.image.base.name")
     if label is not None:
-        assert label.removeprefix("docker.io/") == IMAGE.base, f"LABEL base.name {label} != FROM {IMAGE.base}"
+        assert label == IMAGE.base, f"LABEL base.name {label} != FROM {IMAGE.base}"
 
 
 def test_cuda_and_cudnn_come_from_tensorflows_and_cuda_extra():
@@ -547,6 +573,25 @@ def test_cuda_and_cudnn_come_from_tensorflows_and_cuda_extra():
     run = installs[0].args
     assert "--constraint" in run, "the pip install must pin TensorFlow to the base image's version (--constraint)"
     assert "ldconfig" in run, "the nvidia-*-cu12 wheels' libraries must be registered with ldconfig"
+
+
+def test_one_dockerfile_two_bases():
+    """The CUDA wheels are added only on a base that has TensorFlow (the GPU image); a base without it
+    (the CPU image, tests/test_container.py builds it) gets tfgpu and TensorFlow from pip, and both end
+    with the same checks. The real build of the CPU path is in tests/test_container.py."""
+    run = next(ins.args for ins in IMAGE.all("RUN") if "[and-cuda]" in ins.args)
+    gpu, sep, rest = run.partition("else")
+    cpu, fi, common = rest.partition("fi")
+    assert sep and fi and re.search(r"if \[ -n \"\$\{base_tf\}\" \]; then", gpu), (
+        "the install RUN should branch on whether the base has TensorFlow: if [ -n \"${base_tf}\" ]; then ... else ... fi")
+    assert "[and-cuda]" in gpu and "ldconfig" in gpu and "[and-cuda]" not in cpu and "ldconfig" not in cpu
+    assert re.search(r"pip install .*--break-system-packages .*/opt/tfgpu\b", cpu), "the CPU branch should pip-install tfgpu"
+    assert re.search(r'echo "tensorflow==\$\{TENSORFLOW_VERSION\}" > (\S+).*--constraint \1', cpu), (
+        "the CPU branch should pin TensorFlow to TENSORFLOW_VERSION with a constraint file")
+    pinned = re.search(r"^ARG TENSORFLOW_VERSION=(\S+)$", DOCKERFILE.read_text(), re.MULTILINE)
+    assert pinned and pinned.group(1) == _tested_tensorflow(), (
+        f"ARG TENSORFLOW_VERSION should be {_tested_tensorflow()}, the release setup.cfg says is tested")
+    assert "import tensorflow" in common and "tfgpu --version" in common, "both bases should end with the same checks"
 
 
 def _user() -> tuple[int, Optional[int]]:

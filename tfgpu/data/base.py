@@ -249,6 +249,51 @@ def resolve_path(value: str, key: str) -> Path:
         return Path(expanded)
 
 
+def in_container() -> bool:
+    """Whether this process runs in a Docker or Podman container: ``/.dockerenv`` (Docker) or
+    ``/run/.containerenv`` (Podman) exists, the test :mod:`tfgpu.probe` makes for ``in_container``."""
+    return os.path.exists("/.dockerenv") or os.path.exists("/run/.containerenv")
+
+
+def unmounted_data(path: Path, container: Optional[bool] = None) -> Optional[tuple[str, str]]:
+    """In a container whose data folder (``$TFGPU_DATA_DIR``) is missing or empty: why, and the fix.
+
+    The image sets ``TFGPU_DATA_DIR=/data`` and declares it a volume: a ``docker run``
+    without ``-v HOST_DIR:/data`` gets an empty ``/data``, and every dataset under it
+    is "missing". This names the mount instead.
+
+    Args:
+        path: the file or folder that was not found.
+        container: whether this is a container; ``None``: :func:`in_container`.
+
+    Returns:
+        ``(what, fix)`` to append to a :class:`~tfgpu.errors.DataError`'s message
+        and to use as its hint, or ``None``: not a container, ``path`` is not under
+        ``$TFGPU_DATA_DIR``, or that folder holds something (then it is mounted, and
+        the usual message applies).
+    """
+    root_value = os.environ.get(DATA_DIR_ENV)
+    if not root_value or not (in_container() if container is None else container):
+        return None
+    root = Path(os.path.abspath(Path(root_value).expanduser()))
+    try:
+        inside = Path(os.path.abspath(path)).relative_to(root).parts
+    except ValueError:
+        return None
+    try:
+        if any(root.iterdir()):
+            return None
+        state = "is empty"
+    except FileNotFoundError:
+        state = "does not exist"
+    except OSError:
+        return None
+    folder = f"{inside[0]}/" if inside else "the data"
+    return (f"inside this container {root} {state}: no data folder is mounted there",
+            f"mount the host folder that holds {folder} at {root}: docker run -v /path/to/data:{root}:ro ... "
+            f"(podman run takes the same -v; with --user, that user must be able to read it).")
+
+
 def existing(value: str, key: str, what: str, fix: str) -> Path:
     """:func:`resolve_path`, which must exist.
 
@@ -257,6 +302,9 @@ def existing(value: str, key: str, what: str, fix: str) -> Path:
     """
     path = resolve_path(value, key)
     if not path.exists():
+        unmounted = unmounted_data(path)
+        if unmounted:
+            raise DataError(f"data.{key}: '{value}' does not exist; {unmounted[0]}.", unmounted[1])
         raise DataError(f"data.{key}: '{value}' does not exist (looked from {Path.cwd()}); expected {what}.", fix)
     return path
 

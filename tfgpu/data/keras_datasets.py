@@ -32,7 +32,7 @@ import numpy as np
 
 from ..errors import DataError
 from .arrays import arrange, read_npz
-from .base import DATA_DIR_ENV, Data, LoadContext, Source, resolve_path
+from .base import DATA_DIR_ENV, Data, LoadContext, Source, resolve_path, unmounted_data
 
 IDX_FILES = {
     "x_train": ("train-images-idx3-ubyte", 2051),
@@ -309,6 +309,10 @@ def load_keras_dataset(name: str = "mnist", path: Optional[str] = None,
         root = Path(os.environ[DATA_DIR_ENV]).expanduser()
         directory = root / name
         if not directory.is_dir():
+            unmounted = unmounted_data(directory)
+            if unmounted:
+                raise DataError(f"{DATA_DIR_ENV}={os.environ[DATA_DIR_ENV]}: there is no '{name}' folder in it; "
+                                f"{unmounted[0]}.", unmounted[1])
             raise DataError(
                 f"{DATA_DIR_ENV}={os.environ[DATA_DIR_ENV]}: there is no '{name}' folder in it "
                 f"(looked for {directory}).",
