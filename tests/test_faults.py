@@ -256,7 +256,7 @@ def test_sigterm_saves_at_the_next_call_and_exits_75_then_resume_finishes(tmp_pa
     process.send_signal(signal.SIGTERM)
     out, err = process.communicate(timeout=60)
     assert process.returncode == 75, err[-3000:]
-    assert "tfgpu: preempted: SIGTERM arrived: stopped at epoch" in err and "tfgpu run --resume" in err
+    assert "tfgpu: preempted: SIGTERM arrived: stopped at epoch" in err and f"tfgpu run --resume {run_dir}'" in err
     assert "Traceback" not in err
     state = read_state(run_dir)  # saved at the stop, unless a step save had just saved that very step
     assert f"(global step {state['global_step']}) with a checkpoint" in err and state["global_step"] % 5 == 0

@@ -264,7 +264,8 @@ def _run(cfg: Config, recipe: Optional[str], info: Any, data: Any, pipes: Any, b
         ) from None
     except Preempted as exc:
         finish("preempted", str(exc))
-        raise
+        raise Preempted(exc.message, f"continue with 'tfgpu run --resume {run_dir}' (exit code 75 means: run "
+                                     "this job again).") from None
     except TfgpuError as exc:
         finish("failed", str(exc))
         raise
