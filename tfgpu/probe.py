@@ -477,9 +477,15 @@ def probe(nvml: Any = None) -> Probe:
         cuda_driver_version=found.get("cuda_driver_version"),
         nvidia_smi=shutil.which("nvidia-smi"),
         device_nodes=tuple(sorted(glob.glob("/dev/nvidia*"))),
-        in_container=os.path.exists("/.dockerenv") or os.path.exists("/run/.containerenv"),
+        in_container=in_container(),
         wsl=_is_wsl(),
     )
+
+
+def in_container() -> bool:
+    """Whether this process runs in a Docker or Podman container: ``/.dockerenv`` (Docker) or
+    ``/run/.containerenv`` (Podman) exists."""
+    return os.path.exists("/.dockerenv") or os.path.exists("/run/.containerenv")
 
 
 def _is_wsl() -> bool:

@@ -28,6 +28,7 @@ import numpy as np
 from ..config import DataConfig
 from ..errors import DataError
 from ..model import loss_family
+from ..probe import in_container
 
 DATA_DIR_ENV = "TFGPU_DATA_DIR"
 
@@ -247,12 +248,6 @@ def resolve_path(value: str, key: str) -> Path:
         return Path(expanded).expanduser()
     except RuntimeError:  # '~user' for a user that does not exist
         return Path(expanded)
-
-
-def in_container() -> bool:
-    """Whether this process runs in a Docker or Podman container: ``/.dockerenv`` (Docker) or
-    ``/run/.containerenv`` (Podman) exists, the test :mod:`tfgpu.probe` makes for ``in_container``."""
-    return os.path.exists("/.dockerenv") or os.path.exists("/run/.containerenv")
 
 
 def unmounted_data(path: Path, container: Optional[bool] = None) -> Optional[tuple[str, str]]:
