@@ -220,7 +220,7 @@ def test_kills_during_checkpoint_saves_are_survived(tmp_path, loop):
             process = start("--resume", str(run_dir))
         before = read_state(run_dir)["global_step"]
         wait_for(checkpoint_at(tmp_path, before + 1), process, pause=0.005)
-        time.sleep(0.05 + 0.04 * attempt)
+        _wait_for_a_save_in_progress(run_dir, loop, process)  # then kill at once: inside it, unless it just ended
         process.send_signal(signal.SIGKILL)
         process.communicate()
         if _save_was_cut_short(run_dir, loop):
@@ -233,6 +233,23 @@ def test_kills_during_checkpoint_saves_are_survived(tmp_path, loop):
     s = summary_of(run_dir)
     assert s["status"] == "completed" and epochs_in(run_dir) == [0, 1, 2]
     assert len(s["restarts"]) >= 2 and s["final_metrics"]["val_accuracy"] > 0.8
+
+
+def _wait_for_a_save_in_progress(run_dir: Path, loop: str, process: subprocess.Popen, timeout: float = 60) -> None:
+    """Poll (every 2 ms) until the next save has begun and is not committed yet: fit's weights file is newer than
+    state.json, or the custom loop's checkpoint folder has a ckpt beyond the committed step or a temporary file."""
+    folder = run_dir / "checkpoint"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and process.poll() is None:
+        try:
+            if loop == "fit":
+                if (folder / "latest.weights.h5").stat().st_mtime_ns > (folder / "state.json").stat().st_mtime_ns:
+                    return
+            elif _save_was_cut_short(run_dir, loop):
+                return
+        except (FileNotFoundError, ValueError, TypeError, KeyError):
+            pass  # a file being replaced this very moment
+        time.sleep(0.002)
 
 
 def _save_was_cut_short(run_dir: Path, loop: str) -> bool:
