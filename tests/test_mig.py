@@ -297,6 +297,7 @@ def test_devices_doctor_and_plan_show_mig_from_a_facts_file(monkeypatch, tmp_pat
 
     doctor = run_cli("doctor", "--facts", str(saved))
     assert "[warning] MIG instances: this process uses MIG instance" in doctor.stdout
+    assert doctor.stdout.count("can use only one") == 1  # the config check does not repeat the MIG check
     assert doctor.returncode == 0, doctor.stdout  # a warning is not an error (exit 9 needs one, or --strict)
 
     plan = run_cli("plan", "recipes/mnist.yaml", "--machine", str(saved), "--set", "devices.memory_fraction=0.5",

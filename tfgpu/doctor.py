@@ -507,15 +507,16 @@ def check_config(facts: Facts, config: Optional[Config]) -> list[Finding]:
     """The active tfgpu config against this machine's GPUs (the same plan ``run`` applies)."""
     if config is None:
         return []
-    from .plan import make_plan  # noqa: PLC0415
+    from .plan import make_plan, mig_warning  # noqa: PLC0415
 
     title = "tfgpu config on this machine"
     try:
         plan = make_plan(config, facts.machine)
     except TfgpuError as exc:
         return [Finding("config", "error", title, exc.message, exc.hint)]
+    reported = mig_warning(facts.machine, list(plan.gpus))  # check_mig's finding says it already
     out = [Finding("config", "warning", title, w, "see 'tfgpu plan' and docs/config.md.")
-           for w in plan.warnings]
+           for w in plan.warnings if w != reported]
     out.append(Finding("config", "ok", title,
                        f"{plan.strategy.kind} strategy on {', '.join(plan.strategy.devices) or 'the default device'}, "
                        f"{plan.num_replicas} replica(s), global batch {plan.global_batch_size}"))

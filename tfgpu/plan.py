@@ -416,13 +416,14 @@ def _multi_worker(config: Config, logical: tuple[str, ...], gpu_count: int, prob
     return StrategyPlan("multi_worker_mirrored", devices, communication, cluster)
 
 
-def _mig_warnings(probe: Probe, gpus: list[GpuInfo], warnings: list[str]) -> None:
-    """MIG instances this process cannot use (a CUDA process enumerates one MIG instance only)."""
+def mig_warning(probe: Probe, gpus: list[GpuInfo]) -> Optional[str]:
+    """The plan's warning about MIG instances this process cannot use (a CUDA process enumerates one MIG
+    instance only), or ``None``; ``tfgpu doctor`` reports them in its own MIG check instead."""
     hidden = probe.mig_hidden
     if not hidden:
-        return
+        return None
     using = next((g for g in gpus if g.is_mig), None)
-    warnings.append(
+    return (
         f"{len(hidden) + 1} MIG instances are available but a CUDA process can use only one MIG instance "
         f"(NVIDIA's MIG user guide): this process "
         + (f"uses {using.uuid} ({using.name}) and " if using else "")
@@ -544,7 +545,9 @@ def make_plan(config: Config, probe: Probe) -> Plan:
     logical = tuple(f"/gpu:{i}" for i in range(gpu_count)) or tuple(f"/cpu:{i}" for i in range(cpu_count))
     strategy = _strategy(config, logical, cpu_count, gpu_count, probe, warnings)
     _unequal_gpus(gpus, calls, strategy, dev.gpu_logical_devices, warnings)
-    _mig_warnings(probe, gpus, warnings)
+    mig = mig_warning(probe, gpus)
+    if mig:
+        warnings.append(mig)
     replicas = max(1, len(strategy.devices)) * (strategy.cluster.num_workers if strategy.cluster else 1)
     per_replica = config.train.batch_size_per_replica
     scale = {"none": 1.0, "linear": float(replicas), "sqrt": math.sqrt(replicas)}[config.train.lr_scaling]
