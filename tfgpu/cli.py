@@ -388,11 +388,12 @@ def export_tfjob(recipe: str, overrides: tuple[str, ...], image: str, workers: i
     from .config import load_config  # noqa: PLC0415
     from .export import tfjob_manifest  # noqa: PLC0415
 
-    cfg = load_config(recipe, overrides=[*overrides, "distribute.strategy=multi_worker_mirrored"])
-    import yaml  # noqa: PLC0415
+    from .results import given_yaml  # noqa: PLC0415
 
-    # The settings as given, not every default: the pods plan them as `tfgpu run RECIPE` would here.
-    recipe_yaml = yaml.safe_dump(cfg.explicit_dict(), sort_keys=False, default_flow_style=False)
+    cfg = load_config(recipe, overrides=[*overrides, "distribute.strategy=multi_worker_mirrored"])
+    # The settings as given, not every default (as a run's config.yaml): the pods plan them as
+    # `tfgpu run RECIPE` would here.
+    recipe_yaml = given_yaml(cfg)
     _write(tfjob_manifest(recipe, recipe_yaml, (), image, workers, gpus_per_worker, name), output)
 
 
