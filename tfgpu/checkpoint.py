@@ -374,7 +374,6 @@ def checkpoint_callback(files: Any, write_dir: Path, chief: bool, steps_per_epoc
             what = stop.received or "a stop signal (on another worker)"
             raise Preempted(
                 f"{what} arrived: stopped at epoch {epoch + 1} step {step} (global step {global_step}) with a "
-                f"checkpoint" + (f"; {said}" if said else "") + ".",
-                "continue with 'tfgpu run --resume RUN_DIR' (exit code 75 means: run this job again).")
+                f"checkpoint" + (f"; {said}" if said else "") + ".")  # tfgpu.runner adds the resume command
 
     return Checkpointer()

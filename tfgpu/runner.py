@@ -262,7 +262,7 @@ def _run(cfg: Config, recipe: Optional[str], info: Any, data: Any, pipes: Any, b
             "the metrics of the finished epochs and summary.json.",
             f"continue it with 'tfgpu run --resume {run_dir}'" if saver else "run again to train from the start.",
         ) from None
-    except Preempted as exc:
+    except Preempted as exc:  # raised by the checkpoint callback, which does not know the run directory
         finish("preempted", str(exc))
         raise Preempted(exc.message, f"continue with 'tfgpu run --resume {run_dir}' (exit code 75 means: run "
                                      "this job again).") from None
