@@ -36,9 +36,11 @@ from .conftest import one_paragraph
 SETTINGS = settings(max_examples=200, deadline=None, derandomize=True, database=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
-SECTIONS = {name: list(field.annotation.model_fields) for name, field in Config.model_fields.items()}
+SECTIONS = {name: list(field.annotation.model_fields) for name, field in Config.model_fields.items()
+            if isinstance(field.annotation, type) and hasattr(field.annotation, "model_fields")}  # not ``backend``
 KEY_PATHS = [(section, key) for section, keys in SECTIONS.items() for key in keys]
-SCHEMA_WORDS = sorted(set(SECTIONS) | {k for keys in SECTIONS.values() for k in keys} | {"name", "units", "Dense"})
+SCHEMA_WORDS = sorted(set(SECTIONS) | {k for keys in SECTIONS.values() for k in keys}
+                      | {"name", "units", "Dense", "backend"})
 YAML_WORDS = ["off", "on", "yes", "no", "y", "n", "true", "false", "null", "~", "auto", "all", "none", "mnist",
               "2024-01-01", "0x1f", "0o17", "1e3", "1.0e+3", ".nan", ".inf", "-.inf", "0", "-1", "1_000",
               "/gpu:0", "/cpu:1", "adam", "fit", "custom", "tests.builders:small_cnn", "a/b", ""]
@@ -52,7 +54,7 @@ PLAUSIBLE = [1, 2, 3, 32, 0, 0.5, 1.0, 4096, True, False, None, "auto", "all", "
              "keras", "arrays", "image_folder", "csv", "tfrecord", "builder", "tfds", "cifar10", "fashion_mnist", [64, 64],
              "rgb", "grayscale", "1/255", 0.2, ["a", "b"], {"image": {"encoding": "png"}, "label": {"dtype": "int64"}},
              {"x_train": "features"}, "label", "photos/*.tfrecord", "GZIP", "coarse", [2, 5],
-             {"train": "train[:90%]", "validation": "train[90%:]"}, "~/tensorflow_datasets"]
+             {"train": "train[:90%]", "validation": "train[90%:]"}, "~/tensorflow_datasets", "jax", "tensorflow"]
 
 _counter = itertools.count()
 

@@ -53,6 +53,8 @@ class TfCall:
                 "LogicalDeviceConfiguration()" if v is None else f"LogicalDeviceConfiguration(memory_limit={v})"
                 for v in self.value
             ) + "]"
+        elif self.api == "keras.distribution.set_distribution":
+            value = f"keras.distribution.DataParallel(devices={self.value!r})"
         elif isinstance(value, str):
             value = repr(value)
         args = [a for a in (self.device and f"<{self.device}>", value if value is not None else None) if a is not None]
@@ -64,9 +66,12 @@ class StrategyPlan:
     """Which ``tf.distribute`` strategy to build.
 
     Attributes:
-        kind: ``"mirrored"``, ``"one_device"``, ``"multi_worker_mirrored"`` or ``"default"``.
+        kind: ``"mirrored"``, ``"one_device"``, ``"multi_worker_mirrored"`` or ``"default"``;
+            with ``backend: jax``: ``"data_parallel"`` (``keras.distribution.DataParallel``),
+            ``"single_device"`` or ``"default"``.
         devices: logical device names, e.g. ``("/gpu:0", "/gpu:1")`` (this
-            worker's, for ``multi_worker_mirrored``).
+            worker's, for ``multi_worker_mirrored``); JAX devices as Keras
+            names them (``"gpu:0"``, ``"cpu:1"``) with ``backend: jax``.
         cross_device_ops: ``"nccl"``, ``"hierarchical_copy"``,
             ``"reduce_to_one_device"``, or ``None`` (a single device); for
             ``multi_worker_mirrored`` the collective implementation:
@@ -100,6 +105,10 @@ class Plan:
         jit_compile_reason: why, in words (also written to ``summary.json``).
         mixed_precision: the Keras dtype policy name.
         warnings: things that work but are probably not what was meant.
+        backend: the Keras backend, ``"tensorflow"`` or ``"jax"``; on ``jax``,
+            ``tf_calls`` are Keras calls and ``env`` holds JAX's variables.
+        env_settings: for each variable of ``env``, the config key it comes
+            from (filled by the JAX plan; ``tfgpu plan`` prints it beside it).
     """
 
     env: dict[str, str]
@@ -116,6 +125,8 @@ class Plan:
     jit_compile_reason: str
     mixed_precision: str
     warnings: tuple[str, ...] = field(default=())
+    backend: str = "tensorflow"
+    env_settings: dict[str, str] = field(default_factory=dict)
 
     @property
     def cluster(self) -> Optional[Cluster]:
@@ -137,15 +148,27 @@ class Plan:
 
     def describe(self) -> str:
         """The plan as the lines ``tfgpu plan`` prints."""
-        lines = ["Environment (set before TensorFlow is imported):"]
-        lines += [f"  {k}={v}" for k, v in self.env.items()] or ["  (nothing to set)"]
-        lines.append("TensorFlow calls (in order, before devices initialise):")
+        jax = self.backend == "jax"
+        lines = [f"Backend: {self.backend} (KERAS_BACKEND={self.backend})"]
+        lines.append("Environment (set before Keras and JAX are imported):" if jax
+                     else "Environment (set before TensorFlow is imported):")
+        lines += [f"  {k}={v}" + (f"    # {self.env_settings[k]}" if k in self.env_settings else "")
+                  for k, v in self.env.items()] or ["  (nothing to set)"]
+        lines.append("Keras calls (in order, before the model is built):" if jax
+                     else "TensorFlow calls (in order, before devices initialise):")
         lines += [f"  {i}. {c}    # {c.setting}" for i, c in enumerate(self.tf_calls, 1)] or ["  (none)"]
         gpus = ", ".join(f"GPU:{g.index} {g.label()}" for g in self.gpus)
         lines.append(f"Physical GPUs: {gpus or 'none (CPU only)'}")
-        lines.append(f"Logical devices: {', '.join(self.logical_devices)}")
+        lines.append(f"{'JAX devices' if jax else 'Logical devices'}: {', '.join(self.logical_devices)}")
         s = self.strategy
-        if s.cluster:
+        if jax:
+            lines.append(
+                f"Data parallel: keras.distribution.DataParallel over {', '.join(s.devices)} (each global batch "
+                "split along its first axis)" if s.kind == "data_parallel" else
+                f"Single device: {s.devices[0]} (no keras.distribution)" if s.devices else
+                "No distribution: JAX's default device (strategy: default)")
+            replicas = str(self.num_replicas)
+        elif s.cluster:
             lines.append(f"Strategy: {s.kind} on {', '.join(s.devices)} of each worker, collectives "
                          f"{s.cross_device_ops}")
             lines.append(f"Cluster: {s.cluster.describe()}")
@@ -481,6 +504,10 @@ def make_plan(config: Config, probe: Probe) -> Plan:
             the count, a memory limit above a GPU's total, a fraction without a
             known total, a strategy device that will not exist.
     """
+    if config.backend == "jax":
+        from .backends.jax_plan import make_jax_plan  # noqa: PLC0415 - it imports this module
+
+        return make_jax_plan(config, probe)
     warnings: list[str] = []
     dev = config.devices
     tfc = config.tensorflow
@@ -533,12 +560,7 @@ def make_plan(config: Config, probe: Probe) -> Plan:
         calls.append(TfCall("tf.config.experimental.enable_op_determinism", None, None, "tensorflow.deterministic_ops"))
         if tfc.seed is None:
             warnings.append("tensorflow.deterministic_ops without tensorflow.seed: runs still differ; set a seed")
-    if tfc.seed is not None:
-        calls.append(TfCall("keras.utils.set_random_seed", None, tfc.seed, "tensorflow.seed"))
-    calls.append(TfCall("keras.mixed_precision.set_global_policy", None, tfc.mixed_precision,
-                        "tensorflow.mixed_precision"))
-    if tfc.mixed_precision == "mixed_float16" and not gpus:
-        warnings.append("mixed_float16 on CPU is slow (CPUs compute float16 in software); use float32 or mixed_bfloat16")
+    calls += keras_calls(config, bool(gpus), warnings)
 
     gpu_count = len(gpus) * dev.gpu_logical_devices
     cpu_count = dev.cpu_logical_devices
@@ -549,8 +571,6 @@ def make_plan(config: Config, probe: Probe) -> Plan:
     if mig:
         warnings.append(mig)
     replicas = max(1, len(strategy.devices)) * (strategy.cluster.num_workers if strategy.cluster else 1)
-    per_replica = config.train.batch_size_per_replica
-    scale = {"none": 1.0, "linear": float(replicas), "sqrt": math.sqrt(replicas)}[config.train.lr_scaling]
     if tfc.jit_compile is True and config.train.loop == "fit" and replicas > 1:
         raise ConfigError(
             f"tensorflow.jit_compile: true (received true) with train.loop: fit and {replicas} replicas: Keras then "
@@ -559,10 +579,35 @@ def make_plan(config: Config, probe: Probe) -> Plan:
             "use train.loop: custom, which compiles each replica's step with XLA and sums the gradients "
             "outside it, or set tensorflow.jit_compile to auto or false.",
         )
-    jit, jit_reason = resolve_jit(tfc.jit_compile, any(d.startswith("/gpu") for d in strategy.devices) or (
+    jit = resolve_jit(tfc.jit_compile, any(d.startswith("/gpu") for d in strategy.devices) or (
         not strategy.devices and bool(gpu_count)), replicas)
+    return assemble(config, {k: env[k] for k in ENV_ORDER if k in env}, calls, gpus, logical, strategy, replicas,
+                    jit, warnings)
+
+
+def keras_calls(config: Config, on_gpus: bool, warnings: list[str]) -> list[TfCall]:
+    """The Keras calls both backends make: the seed (``keras.utils.set_random_seed``) and the dtype policy
+    (``keras.mixed_precision.set_global_policy``)."""
+    tfc = config.tensorflow
+    calls = []
+    if tfc.seed is not None:
+        calls.append(TfCall("keras.utils.set_random_seed", None, tfc.seed, "tensorflow.seed"))
+    calls.append(TfCall("keras.mixed_precision.set_global_policy", None, tfc.mixed_precision,
+                        "tensorflow.mixed_precision"))
+    if tfc.mixed_precision == "mixed_float16" and not on_gpus:
+        warnings.append("mixed_float16 on CPU is slow (CPUs compute float16 in software); use float32 or mixed_bfloat16")
+    return calls
+
+
+def assemble(config: Config, env: dict[str, str], calls: list[TfCall], gpus: list[GpuInfo],
+             logical: tuple[str, ...], strategy: StrategyPlan, replicas: int, jit: tuple[bool, str],
+             warnings: list[str], **extra: Any) -> Plan:
+    """The :class:`Plan` of a backend's parts: the batch sizes and learning-rate scale follow from
+    ``replicas``; GPUs are renumbered as the process will see them; ``extra``: ``backend``, ``env_settings``."""
+    per_replica = config.train.batch_size_per_replica
+    scale = {"none": 1.0, "linear": float(replicas), "sqrt": math.sqrt(replicas)}[config.train.lr_scaling]
     return Plan(
-        env={k: env[k] for k in ENV_ORDER if k in env},
+        env=env,
         tf_calls=tuple(calls),
         gpus=tuple(dataclasses.replace(g, index=i) for i, g in enumerate(gpus)),
         logical_devices=logical,
@@ -572,8 +617,9 @@ def make_plan(config: Config, probe: Probe) -> Plan:
         global_batch_size=per_replica * replicas,
         lr_scaling=config.train.lr_scaling,
         lr_scale=scale,
-        jit_compile=jit,
-        jit_compile_reason=jit_reason,
-        mixed_precision=tfc.mixed_precision,
+        jit_compile=jit[0],
+        jit_compile_reason=jit[1],
+        mixed_precision=config.tensorflow.mixed_precision,
         warnings=tuple(warnings),
+        **extra,
     )

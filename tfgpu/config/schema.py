@@ -840,9 +840,60 @@ class OutputConfig(_Section):
         return value
 
 
-class Config(_Section):
-    """A whole tfgpu configuration (the schema of a recipe)."""
+#: ``backend`` values: the Keras backend a run trains on.
+BACKENDS = ("tensorflow", "jax")
 
+#: Settings that have no counterpart on the JAX backend: (section, key, refused when, why and the nearest JAX tool).
+#: ``docs/jax.md`` lists the same.
+_JAX_REFUSED: tuple[tuple[str, str, Any, str], ...] = (
+    ("devices", "gpu_logical_devices", lambda v: v > 1,
+     "JAX has one device per GPU and cannot split a GPU into logical devices; the nearest JAX tool is one process "
+     "per share of the GPU, each capped with devices.memory_fraction (XLA_CLIENT_MEM_FRACTION)"),
+    ("devices", "soft_placement", lambda v: v is False,
+     "JAX places each computation where its inputs are (jax.device_put, shardings) and has no strict placement "
+     "that false could ask for; remove the key (true, the default, asks for nothing on JAX)"),
+    ("devices", "log_device_placement", lambda v: v,
+     "JAX does not log per-op placement; the nearest JAX tools are jax.debug.visualize_array_sharding(x) and "
+     "JAX_LOG_COMPILES=1 (each compiled function and its devices)"),
+    ("tensorflow", "intra_op_threads", lambda v: v != 0,
+     "JAX has no per-op thread count; the nearest tools are XLA's CPU flag --xla_cpu_multi_thread_eigen=false "
+     "(one thread per op) in XLA_FLAGS, or limiting the process's cores (taskset)"),
+    ("tensorflow", "inter_op_threads", lambda v: v != 0,
+     "JAX runs one XLA program at a time per device and has no inter-op thread pool to size; remove the key"),
+    ("tensorflow", "onednn_opts", lambda v: v is not None,
+     "oneDNN's fused kernels are TensorFlow's (TF_ENABLE_ONEDNN_OPTS); XLA:CPU compiles its own; remove the key"),
+    ("train", "loop", lambda v: v == "custom",
+     "the custom loop is a TensorFlow GradientTape step run with strategy.run; on JAX use loop: fit (Keras's JAX "
+     "trainer, one jitted step), or write a step with jax.value_and_grad over model.stateless_call in your own script"),
+    ("train", "profile_steps", lambda v: v is not None,
+     "tfgpu profiles through TensorFlow's profiler; on JAX the nearest tool is jax.profiler.trace(log_dir) around "
+     "the steps, in your own script (tfgpu launch)"),
+    ("distribute", "strategy", lambda v: v in ("multi_worker_mirrored", "one_device"),
+     "on JAX tfgpu trains data parallel on one machine (keras.distribution.DataParallel); for several machines the "
+     "nearest JAX tool is jax.distributed.initialize() with keras.distribution.initialize(), which tfgpu does not "
+     "run; for one device set strategy: default (JAX's default device) or devices.visible_gpus"),
+    ("distribute", "cross_device_ops", lambda v: v != "auto",
+     "on JAX, XLA chooses how replicas sum gradients (all-reduce inside the compiled step); remove the key"),
+    ("distribute", "communication", lambda v: v != "auto",
+     "MultiWorkerMirroredStrategy's collectives are TensorFlow's; on JAX XLA chooses them; remove the key"),
+    ("distribute", "cluster", lambda v: v is not None,
+     "multi-worker training is TensorFlow's MultiWorkerMirroredStrategy; on JAX the nearest tool is "
+     "jax.distributed.initialize(), which tfgpu does not run; remove the key"),
+)
+
+
+class Config(_Section):
+    """A whole tfgpu configuration (the schema of a recipe).
+
+    Attributes:
+        backend: the Keras backend: ``tensorflow`` (default) or ``jax``.
+            Becomes ``KERAS_BACKEND`` before Keras is imported; on ``jax``
+            the device settings become JAX's environment variables
+            (``docs/jax.md`` maps each one) and settings with no JAX
+            counterpart are refused.
+    """
+
+    backend: Literal[BACKENDS] = "tensorflow"
     devices: DevicesConfig = Field(default_factory=DevicesConfig)
     tensorflow: TensorflowConfig = Field(default_factory=TensorflowConfig)
     distribute: DistributeConfig = Field(default_factory=DistributeConfig)
@@ -857,7 +908,21 @@ class Config(_Section):
             raise PydanticCustomError(
                 "key_error", "profiling writes into the TensorBoard logs, which are off; set output.tensorboard: "
                 "true as well, or remove train.profile_steps", {"loc": ("train", "profile_steps")})
+        if self.backend == "jax":
+            self._check_jax()
         return self
+
+    def _check_jax(self) -> None:
+        """Refuse the settings that have no JAX counterpart (:data:`_JAX_REFUSED`), naming the nearest JAX tool."""
+        found = [(section, key, why) for section, key, refused, why in _JAX_REFUSED
+                 if key in getattr(self, section).model_fields_set and refused(getattr(getattr(self, section), key))]
+        if found:
+            section, key, why = found[0]
+            others = ", ".join(f"{s}.{k}" for s, k, _ in found[1:])
+            raise PydanticCustomError(
+                "key_error", "no JAX counterpart (backend: jax): " + why
+                + (f" (also without a JAX counterpart here: {others}; docs/jax.md lists each)" if others else ""),
+                {"loc": (section, key)})
 
     def to_dict(self) -> dict[str, Any]:
         """The resolved configuration as plain data (what a run saves).
