@@ -240,7 +240,8 @@ def plan(recipe: str | None, overrides: tuple[str, ...], machine: str | None, as
 @click.argument("recipe", type=click.Path(), required=False)
 @_set_option
 @click.option("--json", "as_json", is_flag=True, help="Print the facts as JSON (input for 'plan --machine').")
-@click.option("--no-tensorflow", is_flag=True, help="Only NVML: do not start TensorFlow (instant).")
+@click.option("--no-tensorflow", is_flag=True,
+              help="Do not start TensorFlow (instant: only NVML, and JAX with backend: jax).")
 @click.option("--facts", "facts_file", metavar="FILE",
               help="Show the facts in FILE (written by 'tfgpu devices --json' or 'tfgpu doctor --json' on another "
                    "machine) instead of this machine's.")
@@ -254,18 +255,29 @@ def devices(recipe: str | None, overrides: tuple[str, ...], as_json: bool, no_te
     NVML is read without TensorFlow; TensorFlow is started in a child process, so
     this works with no GPU and with a TensorFlow that cannot start. With RECIPE
     (or --set), its device settings are applied first, so the logical devices
-    show its splits.
+    show its splits. With backend: jax (--set backend=jax), JAX is started in a
+    child process too, with the config's JAX environment, and its version,
+    CUDA plugin and devices are listed; TensorFlow is then started with its
+    defaults, and not at all where it is not installed.
     """
     from .config import load_config  # noqa: PLC0415
     from .doctor import describe_facts  # noqa: PLC0415
-    from .probe import Facts, load_facts, probe, probe_packages, probe_tensorflow  # noqa: PLC0415
+    from .probe import (  # noqa: PLC0415
+        Facts, load_facts, probe, probe_jax, probe_packages, probe_tensorflow, tensorflow_installed,
+    )
 
-    config = load_config(recipe, overrides=overrides).explicit_dict() if (recipe or overrides) else None
+    cfg = load_config(recipe, overrides=overrides) if (recipe or overrides) else None
+    config = cfg.explicit_dict() if cfg is not None else None
+    jax = cfg is not None and cfg.backend == "jax"
     if facts_file:
         facts = load_facts(facts_file, "--facts")
     else:
-        facts = Facts(machine=probe(), packages=probe_packages(),
-                      tensorflow=None if no_tensorflow else probe_tensorflow(config))
+        packages = probe_packages()
+        skip_tf = no_tensorflow or (jax and not tensorflow_installed(packages))
+        # On JAX the config's device settings are JAX's: TensorFlow (used for data only) keeps its defaults.
+        facts = Facts(machine=probe(), packages=packages,
+                      tensorflow=None if skip_tf else probe_tensorflow(None if jax else config),
+                      jax=probe_jax(config) if jax else None)
     if as_json:
         click.echo(json.dumps(facts.to_dict(), indent=2, default=str))
     else:
@@ -291,7 +303,11 @@ def doctor(recipe: str | None, overrides: tuple[str, ...], as_json: bool, quiet:
     TensorFlow packages and build, each CUDA/cuDNN library TensorFlow loads, the
     driver's CUDA version, each GPU's compute capability, what TensorFlow sees,
     memory in use, and the tfgpu config (RECIPE, else TFGPU_CONFIG, else the
-    defaults) against the GPUs. Exits 9 when it finds an error.
+    defaults) against the GPUs. With backend: jax it also starts JAX (a child
+    process) and checks jax, jaxlib, the CUDA plugin and JAX's devices;
+    TensorFlow's GPU checks then stay silent (it only reads data), and so does
+    a TensorFlow that is not installed.
+    Exits 9 when it finds an error.
     """
     from .config import load_config  # noqa: PLC0415
     from .doctor import Finding, diagnose, report  # noqa: PLC0415
@@ -304,7 +320,9 @@ def doctor(recipe: str | None, overrides: tuple[str, ...], as_json: bool, quiet:
     except ConfigError as exc:
         config = None
         findings_pre.append(Finding("config", "error", "tfgpu config", exc.message, exc.hint))
-    facts = load_facts(facts_file, "--facts") if facts_file else gather_facts(tensorflow=not no_tensorflow)
+    jax = config is not None and config.backend == "jax"
+    facts = (load_facts(facts_file, "--facts") if facts_file
+             else gather_facts(tensorflow=not no_tensorflow, jax=jax))
     findings = diagnose(facts, config) + findings_pre
     errors = sum(f.level == "error" for f in findings)
     warnings = sum(f.level == "warning" for f in findings)

@@ -8,8 +8,10 @@ written by ``tfgpu doctor --json`` / ``tfgpu devices --json`` on another one
 (``tfgpu doctor --facts FILE``), which is also how every branch is tested
 without a GPU.
 
-Nothing here imports TensorFlow: TensorFlow is examined in a child process by
-the probe.
+Nothing here imports TensorFlow or JAX: they are examined in child processes
+by the probe. With ``backend: jax`` :func:`check_jax` judges JAX, and the
+TensorFlow checks stay silent where no TensorFlow is installed (JAX does not
+need it).
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from typing import Any, Callable, Optional
 
 from .config import Config
 from .errors import TfgpuError
-from .probe import Facts, GpuInfo, Library, cuda_choice
+from .probe import JAX_CUDA_PLUGINS, TENSORFLOW_PACKAGES, Facts, GpuInfo, JaxFacts, Library, cuda_choice, \
+    tensorflow_installed
 
 #: What the TensorFlow pip wheel for Linux is built for, when TensorFlow itself
 #: could not be asked (``tf.sysconfig.get_build_info()`` of 2.21.0).
@@ -38,6 +41,14 @@ MIN_DRIVER_CUDA12 = "525.60.13"
 DRIVER_CUDA_12_5 = "555.42.06"
 
 INSTALL = "pip install 'tensorflow[and-cuda]'"
+
+#: Installing JAX: on the CPU (tfgpu's extra), and with NVIDIA's CUDA 12 plugin
+#: (https://docs.jax.dev/en/latest/installation.html).
+JAX_INSTALL_CPU = "pip install 'tfgpu[jax]'"
+JAX_INSTALL_CUDA12 = 'pip install -U "jax[cuda12]"'
+
+#: ``data.kind`` values that read their data with TensorFlow (``tf.data``), on either backend.
+TF_DATA_KINDS = ("image_folder", "tfrecord", "tfds")
 
 
 @dataclass(frozen=True)
@@ -83,6 +94,23 @@ def _build(facts: Facts) -> tuple[dict[str, Any], str]:
     if tf is not None and tf.build_info:
         return tf.build_info, f"TensorFlow {tf.version}"
     return DEFAULT_BUILD, "the TensorFlow 2.21 Linux wheel (TensorFlow itself was not examined)"
+
+
+def _jax_backend(config: Optional[Config]) -> bool:
+    return config is not None and config.backend == "jax"
+
+
+def _tf_not_needed(facts: Facts, config: Optional[Config]) -> bool:
+    """``backend: jax`` and no TensorFlow package installed: the TensorFlow checks have nothing to judge."""
+    return _jax_backend(config) and not tensorflow_installed(facts.packages)
+
+
+def _tf_needs(config: Optional[Config]) -> list[str]:
+    """The settings of a ``backend: jax`` config that still run through TensorFlow (data kinds, TensorBoard)."""
+    if config is None:
+        return []
+    return ([f"data.kind: {config.data.kind}"] if config.data.kind in TF_DATA_KINDS else []) + (
+        ["output.tensorboard: true"] if config.output.tensorboard else [])
 
 
 def _tf_gpu_count(facts: Facts) -> Optional[int]:
@@ -240,8 +268,7 @@ def check_packages(facts: Facts, config: Optional[Config]) -> list[Finding]:
     p = facts.packages
     has_gpu = bool(facts.machine.nvml_gpus)
     out = []
-    tf_dists = [d for d in ("tensorflow", "tensorflow-cpu", "tensorflow-intel", "tf-nightly", "tf-nightly-cpu",
-                            "tensorflow-macos") if d in p]
+    tf_dists = [d for d in TENSORFLOW_PACKAGES if d != "tensorflow-gpu" and d in p]
     if "tensorflow-gpu" in p:
         out.append(Finding("tensorflow-gpu", "error", "Old tensorflow-gpu package",
                            f"tensorflow-gpu {p['tensorflow-gpu']} is installed: that package stopped at 2.12 "
@@ -249,6 +276,19 @@ def check_packages(facts: Facts, config: Optional[Config]) -> list[Finding]:
                            "the current package, so files of the two versions mix",
                            f"pip uninstall -y tensorflow-gpu tensorflow && {INSTALL} (GPU support is in "
                            "'tensorflow' itself since 2.1)."))
+    if not tf_dists and "tensorflow-gpu" not in p and _jax_backend(config):
+        needs = _tf_needs(config)
+        if needs:
+            out.append(Finding("tensorflow-installed", "warning", "TensorFlow installed",
+                               "no TensorFlow package is installed; backend: jax trains without it, but this "
+                               f"config's {' and '.join(needs)} reads or writes through TensorFlow",
+                               "pip install tensorflow (the CPU build is enough beside JAX: it only reads data "
+                               "and writes logs), or choose a data kind that needs no TensorFlow."))
+        else:
+            out.append(Finding("tensorflow-installed", "ok", "TensorFlow installed",
+                               "no TensorFlow package: not needed with backend: jax (data kinds "
+                               f"{', '.join(TF_DATA_KINDS)} and output.tensorboard need it)"))
+        return out
     if not tf_dists and "tensorflow-gpu" not in p:
         out.append(Finding("tensorflow-installed", "error", "TensorFlow installed",
                            "no TensorFlow package is installed in this Python environment",
@@ -261,7 +301,7 @@ def check_packages(facts: Facts, config: Optional[Config]) -> list[Finding]:
                            f"pip uninstall -y {' '.join(tf_dists)} && {INSTALL}"))
     elif tf_dists:
         out.append(Finding("tensorflow-installed", "ok", "TensorFlow installed", f"{tf_dists[0]} {p[tf_dists[0]]}"))
-    if "tensorflow-cpu" in p and has_gpu:
+    if "tensorflow-cpu" in p and has_gpu and not _jax_backend(config):  # beside JAX it only reads data
         out.append(Finding("tensorflow-cpu", "error", "CPU-only TensorFlow package",
                            f"tensorflow-cpu {p['tensorflow-cpu']} is installed, which never uses a GPU, and this "
                            f"machine has {len(facts.machine.nvml_gpus)}",
@@ -278,7 +318,7 @@ def check_packages(facts: Facts, config: Optional[Config]) -> list[Finding]:
 def check_tensorflow(facts: Facts, config: Optional[Config]) -> list[Finding]:
     """TensorFlow imports, its version, and whether it is a CUDA build."""
     tf = facts.tensorflow
-    if tf is None:
+    if tf is None or _tf_not_needed(facts, config):
         return []
     if tf.version is None:
         error = tf.import_error or "unknown error"
@@ -286,7 +326,13 @@ def check_tensorflow(facts: Facts, config: Optional[Config]) -> list[Finding]:
         if "illegal instruction" in error.lower() or "crash" in error.lower():
             fix = ("TensorFlow's wheels need a CPU with AVX; on older CPUs build TensorFlow from source, or "
                    "use a newer machine. Also: " + fix)
-        return [Finding("tensorflow-import", "error", "TensorFlow starts", f"import tensorflow failed: {error}", fix)]
+        seen = f"import tensorflow failed: {error}"
+        if _jax_backend(config) and not _tf_needs(config):
+            return [Finding("tensorflow-import", "warning", "TensorFlow starts",
+                            seen + "; backend: jax trains without it, but a TensorFlow that cannot start breaks "
+                            "the data kinds and TensorBoard logs that use it",
+                            fix + "; or pip uninstall it: JAX does not need it.")]
+        return [Finding("tensorflow-import", "error", "TensorFlow starts", seen, fix)]
     if tf.import_error:  # TensorFlow imported, Keras did not
         return [Finding("tensorflow-import", "error", "TensorFlow starts",
                         f"TensorFlow {tf.version} imports, but {tf.import_error}",
@@ -297,6 +343,10 @@ def check_tensorflow(facts: Facts, config: Optional[Config]) -> list[Finding]:
         seen = (f"TensorFlow {tf.version} (Keras {tf.keras_version}), a CUDA build: CUDA "
                 f"{build.get('cuda_version')}, cuDNN {build.get('cudnn_version')}, compute capabilities {caps}")
         return [Finding("tensorflow-build", "ok", "TensorFlow build", seen)]
+    if _jax_backend(config):
+        return [Finding("tensorflow-build", "ok", "TensorFlow build",
+                        f"TensorFlow {tf.version}, a {'CUDA' if build.get('is_cuda_build') else 'CPU-only'} build; "
+                        "with backend: jax it only reads data and writes logs, on the CPU")]
     if build.get("is_rocm_build"):
         return [Finding("tensorflow-build", "warning", "TensorFlow build",
                         f"TensorFlow {tf.version} is a ROCm (AMD) build; it cannot use NVIDIA GPUs",
@@ -314,7 +364,7 @@ def _missing_libraries(facts: Facts) -> list[Library]:
 def check_libraries(facts: Facts, config: Optional[Config]) -> list[Finding]:
     """Each CUDA/cuDNN library TensorFlow needs, found by trying to load it."""
     m = facts.machine
-    if not m.nvml_gpus or not facts.libraries:
+    if not m.nvml_gpus or not facts.libraries or _jax_backend(config):
         return []
     missing = _missing_libraries(facts)
     if not missing:
@@ -342,7 +392,7 @@ def check_driver_cuda(facts: Facts, config: Optional[Config]) -> list[Finding]:
     """A driver too old for the CUDA TensorFlow was built with."""
     m = facts.machine
     build, source = _build(facts)
-    if not m.nvml_gpus or not m.cuda_driver_version or not build.get("is_cuda_build"):
+    if _jax_backend(config) or not m.nvml_gpus or not m.cuda_driver_version or not build.get("is_cuda_build"):
         return []
     need = _version_tuple(build.get("cuda_version"))[:2]
     have = _version_tuple(m.cuda_driver_version)[:2]
@@ -385,7 +435,7 @@ def check_compute_capability(facts: Facts, config: Optional[Config]) -> list[Fin
     """Each GPU's compute capability against those TensorFlow's kernels are built for."""
     build, source = _build(facts)
     sass, ptx = _capabilities(build)
-    if not sass and not ptx:
+    if (not sass and not ptx) or _jax_backend(config):
         return []
     built = ", ".join(build.get("cuda_compute_capabilities") or [])
     out = []
@@ -436,7 +486,7 @@ def check_tensorflow_sees_gpus(facts: Facts, config: Optional[Config]) -> list[F
     """GPUs visible to the driver but not to TensorFlow, and the causes found."""
     m = facts.machine
     tf_count = _tf_gpu_count(facts)
-    if tf_count is None:
+    if tf_count is None or _jax_backend(config):
         return []
     title = "TensorFlow sees the GPUs"
     visible = m.gpus
@@ -490,6 +540,107 @@ def check_tensorflow_sees_gpus(facts: Facts, config: Optional[Config]) -> list[F
     return [Finding("tensorflow-gpus", "error", title, seen, fix + ".")]
 
 
+def _jax_devices_text(jax: JaxFacts) -> str:
+    return ", ".join(f"{name} ({kind})" for name, _, kind in jax.devices) or "none"
+
+
+def _jax_plugin(packages: dict[str, str]) -> Optional[str]:
+    """The installed JAX CUDA plugin, e.g. ``"jax-cuda12-plugin 0.10.2"``, or ``None``."""
+    name = next((n for n in JAX_CUDA_PLUGINS if n in packages), None)
+    return f"{name} {packages[name]}" if name else None
+
+
+def _jax_cuda_fix(facts: Facts) -> str:
+    """How to install JAX's CUDA plugin for this driver."""
+    cuda = facts.machine.cuda_driver_version
+    major = _version_tuple(cuda)[:1]
+    if major and major[0] >= 13:
+        install = f'{JAX_INSTALL_CUDA12} (or pip install -U "jax[cuda13]": this driver supports CUDA {cuda})'
+    else:
+        install = JAX_INSTALL_CUDA12
+    return (f"{install}; the plugin must match the driver's CUDA version (this driver supports CUDA "
+            f"{cuda or 'unknown: run nvidia-smi'}; jax[cuda12] needs CUDA 12.x or newer, jax[cuda13] needs 13.x) "
+            "and be the same release as jaxlib.")
+
+
+def _jax_gpu_causes(facts: Facts, jax: Optional[JaxFacts]) -> list[str]:
+    """Why JAX lists no GPU although NVML does, from the packages, environment and JAX's own log."""
+    p, m = facts.packages, facts.machine
+    causes = []
+    plugins = [n for n in JAX_CUDA_PLUGINS if n in p]
+    if not plugins:
+        causes.append("no JAX CUDA plugin is installed (jax-cuda12-plugin or jax-cuda13-plugin): jaxlib alone "
+                      "runs on the CPU only")
+    for name in plugins:
+        if p.get("jaxlib") and p[name] != p["jaxlib"]:
+            causes.append(f"{name} {p[name]} is not the release of jaxlib {p['jaxlib']}, so JAX does not load it")
+        need = int(name.split("-")[1][len("cuda"):])
+        have = _version_tuple(m.cuda_driver_version)[:1]
+        if have and have[0] < need:
+            causes.append(f"{name} needs a driver for CUDA {need}, and this driver supports CUDA "
+                          f"{m.cuda_driver_version}")
+    platforms = m.env.get("JAX_PLATFORMS")
+    if platforms and "cuda" not in platforms and "gpu" not in platforms:
+        causes.append(f"JAX_PLATFORMS={platforms!r} leaves out the GPU")
+    log = jax.log if jax is not None else ""
+    said = []
+    for line in log.splitlines():
+        if any(k in line for k in ("CUDA", "cuda", "GPU", "plugin", "Falling back")) and line.strip() not in said:
+            said.append(line.strip())
+    if said:
+        causes.append("JAX said: " + " | ".join(said[:4]))
+    return causes
+
+
+def check_jax(facts: Facts, config: Optional[Config]) -> list[Finding]:
+    """With ``backend: jax``: JAX and jaxlib installed and starting, the CUDA plugin where there are GPUs,
+    JAX's devices (:class:`~tfgpu.probe.JaxFacts` from :func:`tfgpu.probe.probe_jax`)."""
+    if not _jax_backend(config):
+        return []
+    assert config is not None
+    title = "JAX (backend: jax)"
+    p, m, jax = facts.packages, facts.machine, facts.jax
+    missing = [n for n in ("jax", "jaxlib") if n not in p]
+    if missing or (jax is not None and jax.version is None):
+        seen = (f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed in this Python "
+                "environment" if missing else f"import jax failed: {jax.import_error if jax else '?'}")
+        return [Finding("jax", "error", title, seen + "; backend: jax cannot train without it",
+                        f"{JAX_INSTALL_CPU} (or pip install -U jax) for the CPU, or {JAX_INSTALL_CUDA12} for "
+                        "NVIDIA GPUs; or set backend: tensorflow.")]
+    plugin = _jax_plugin(p)
+    versions = (f"jax {jax.version if jax else p['jax']}, jaxlib {jax.jaxlib_version if jax else p['jaxlib']}, "
+                f"CUDA plugin: {plugin or 'none'}")
+    if jax is not None and jax.import_error:
+        if jax.import_error.startswith("keras"):
+            fix = "pip install -U 'keras>=3' (Keras 3 runs on JAX; tf-keras and Keras 2 do not)."
+        else:
+            fix = ("unset JAX_PLATFORMS or name only installed platforms in it (cpu; cuda needs the CUDA plugin: "
+                   + _jax_cuda_fix(facts) + ")")
+        return [Finding("jax", "error", title, f"{versions}; JAX imports, but {jax.import_error}", fix)]
+    hidden_by_config = config.devices.visible_gpus == "none"
+    jax_gpus = jax.devices_of("gpu") if jax is not None else None
+    if m.gpus and not hidden_by_config and (plugin is None or jax_gpus == []):
+        causes = _jax_gpu_causes(facts, jax)
+        listed = (f"JAX lists {_jax_devices_text(jax)}" if jax is not None else "JAX was not started")
+        return [Finding("jax-gpus", "error", "JAX sees the GPUs",
+                        f"{versions}; NVML lists {len(m.gpus)} GPU(s) visible to this process but {listed}. "
+                        "Causes found: " + ("; ".join(causes) if causes else "none among the checks"),
+                        _jax_cuda_fix(facts))]
+    if jax is None:
+        return [Finding("jax", "ok", title, f"{versions} installed (JAX was not started: run tfgpu doctor on "
+                                             "this machine to list its devices)")]
+    out = []
+    if jax_gpus is not None and m.gpus and not hidden_by_config and len(jax_gpus) < len(m.gpus):
+        out.append(Finding("jax-gpus", "warning", "JAX sees the GPUs",
+                           f"JAX lists {len(jax_gpus)} of the {len(m.gpus)} GPU(s) visible to this process: "
+                           f"{_jax_devices_text(jax)}",
+                           "run nvidia-smi, and check CUDA_VISIBLE_DEVICES and JAX_PLATFORMS; " + _jax_cuda_fix(facts)))
+    out.append(Finding("jax", "ok", title,
+                       f"{versions}, Keras {jax.keras_version}; default backend {jax.default_backend}; devices: "
+                       f"{_jax_devices_text(jax)}"))
+    return out
+
+
 def check_memory_in_use(facts: Facts, config: Optional[Config]) -> list[Finding]:
     """GPUs whose memory other processes already hold."""
     out = []
@@ -535,6 +686,7 @@ CHECKS: tuple[Callable[[Facts, Optional[Config]], list[Finding]], ...] = (
     check_driver_cuda,
     check_compute_capability,
     check_tensorflow_sees_gpus,
+    check_jax,
     check_memory_in_use,
     check_config,
 )
@@ -609,7 +761,9 @@ def describe_facts(facts: Facts) -> str:
         if m.mig_hidden:
             lines.append("  not visible (one MIG instance per process): " + ", ".join(g.uuid for g in m.mig_hidden))
     tf = facts.tensorflow
-    if tf is None:
+    if tf is None and facts.jax is not None and not tensorflow_installed(facts.packages):
+        lines.append("TensorFlow: not installed (not needed with backend: jax).")
+    elif tf is None:
         lines.append("TensorFlow: not examined (--no-tensorflow).")
     elif tf.version is None:
         lines.append(f"TensorFlow: cannot start: {tf.import_error}")
@@ -625,4 +779,22 @@ def describe_facts(facts: Facts) -> str:
             lines.append(f"  {name}: {d.get('device_name', '?')}, compute capability {cc or '?'}")
         if tf.setup_error:
             lines.append(f"  the config could not be applied: {tf.setup_error}")
+    if facts.jax is not None:
+        lines += describe_jax(facts.jax, facts.packages)
     return "\n".join(lines)
+
+
+def describe_jax(jax: JaxFacts, packages: dict[str, str]) -> list[str]:
+    """The JAX lines of ``tfgpu devices`` (``backend: jax``), e.g. ``JAX 0.10.2 (jaxlib 0.10.2, CUDA plugin:
+    none), Keras 3.15.1, default backend cpu; devices: cpu:0 (cpu), cpu:1 (cpu)``."""
+    if jax.version is None:
+        return [f"JAX: cannot start: {jax.import_error}"]
+    plugin = _jax_plugin(packages) or "none"
+    lines = [f"JAX {jax.version} (jaxlib {jax.jaxlib_version}, CUDA plugin: {plugin}), Keras {jax.keras_version}, "
+             f"default backend {jax.default_backend}; devices: {_jax_devices_text(jax)}"
+             + (f" (started in {jax.seconds:.1f} s)" if jax.seconds else "")]
+    if jax.import_error:
+        lines.append(f"  error: {jax.import_error}")
+    if jax.setup_error:
+        lines.append(f"  the config could not be applied: {jax.setup_error}")
+    return lines

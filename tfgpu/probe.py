@@ -10,7 +10,7 @@ plan for, or diagnose, a machine you do not have.
 
 Nothing here imports TensorFlow or initialises CUDA in this process: TensorFlow
 is examined in a child process (:func:`probe_tensorflow`), so a TensorFlow that
-crashes or hangs at start-up is reported, not fatal.
+crashes or hangs at start-up is reported, not fatal; JAX likewise (:func:`probe_jax`).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import glob
+import importlib.util
 import json
 import os
 import shutil
@@ -27,6 +28,7 @@ import time
 import typing
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
+from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from .cluster import SLURM_ENV
@@ -42,6 +44,12 @@ RELEVANT_ENV = (
     "TF_FORCE_GPU_ALLOW_GROWTH",
     "TF_CONFIG",
     "KERAS_BACKEND",
+    "XLA_FLAGS",  # JAX and TensorFlow's XLA (the JAX plan keeps the flags it does not set)
+    "JAX_PLATFORMS",
+    "XLA_PYTHON_CLIENT_PREALLOCATE",
+    "XLA_PYTHON_CLIENT_MEM_FRACTION",
+    "XLA_CLIENT_MEM_FRACTION",
+    "XLA_PYTHON_CLIENT_ALLOCATOR",
     "LD_LIBRARY_PATH",
     "TFGPU_CONFIG",
     "TFGPU_DATA_DIR",
@@ -51,13 +59,23 @@ RELEVANT_ENV = (
 )
 
 #: Python distributions whose installed versions the doctor reads (TensorFlow's many
-#: package names, Keras, NVML's bindings and the CUDA wheels of ``tensorflow[and-cuda]``).
+#: package names, Keras, NVML's bindings, the CUDA wheels of ``tensorflow[and-cuda]``, and JAX:
+#: ``jax``, ``jaxlib`` and the CUDA plugins ``jax[cuda12]`` / ``jax[cuda13]`` install).
 PACKAGES = (
     "tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tensorflow-intel", "tensorflow-macos",
     "tensorflow-metal", "tf-nightly", "tf-nightly-cpu", "keras", "tf-keras", "nvidia-ml-py", "pynvml",
     "nvidia-cudnn-cu12", "nvidia-cublas-cu12", "nvidia-cuda-runtime-cu12", "nvidia-cufft-cu12",
     "nvidia-cusolver-cu12", "nvidia-cusparse-cu12", "nvidia-nccl-cu12", "nvidia-nvjitlink-cu12",
+    "jax", "jaxlib", "jax-cuda12-plugin", "jax-cuda12-pjrt", "jax-cuda13-plugin", "jax-cuda13-pjrt",
 )
+
+#: TensorFlow's distributions (any one of them provides ``import tensorflow``).
+TENSORFLOW_PACKAGES = ("tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tensorflow-intel", "tensorflow-macos",
+                       "tf-nightly", "tf-nightly-cpu")
+
+#: JAX's CUDA plugins (``pip install -U "jax[cuda12]"`` or ``"jax[cuda13]"``), newest CUDA first; jaxlib
+#: itself runs on the CPU only (https://docs.jax.dev/en/latest/installation.html).
+JAX_CUDA_PLUGINS = ("jax-cuda13-plugin", "jax-cuda12-plugin")
 
 
 @dataclass(frozen=True)
@@ -144,6 +162,10 @@ class Probe:
         in_container: a Docker/Podman container (``/.dockerenv`` or
             ``/run/.containerenv`` exists).
         wsl: running under Windows Subsystem for Linux.
+        jax_memory_fraction_env: the memory-fraction variable the installed
+            jaxlib reads (``XLA_CLIENT_MEM_FRACTION`` in newer releases,
+            ``XLA_PYTHON_CLIENT_MEM_FRACTION`` before), read from jaxlib's
+            source without importing it; ``None`` without jaxlib.
     """
 
     gpus: tuple[GpuInfo, ...] = ()
@@ -158,6 +180,7 @@ class Probe:
     device_nodes: tuple[str, ...] = ()
     in_container: bool = False
     wsl: bool = False
+    jax_memory_fraction_env: Optional[str] = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -211,6 +234,46 @@ class TensorflowFacts:
 
 
 @dataclass(frozen=True)
+class JaxFacts:
+    """JAX (and Keras on it) as a fresh child process finds it, with ``KERAS_BACKEND=jax``.
+
+    Attributes:
+        version: ``jax.__version__``, or ``None`` when ``import jax`` failed.
+        jaxlib_version: ``jaxlib.__version__``, or ``None``.
+        keras_version: ``keras.__version__`` (imported on JAX), or ``None``.
+        default_backend: ``jax.default_backend()``: ``"cpu"``, ``"gpu"`` (a CUDA
+            or ROCm plugin registered a device) or ``"tpu"``; ``None`` when JAX
+            could not start (https://docs.jax.dev/en/latest/_autosummary/jax.default_backend.html).
+        devices: ``(name, platform, device_kind)`` per device of ``jax.devices()``,
+            the name as Keras writes it (``"gpu:0"``, ``"cpu:1"``), e.g.
+            ``("gpu:0", "gpu", "NVIDIA H100 80GB HBM3")`` or ``("cpu:0", "cpu", "cpu")``.
+        import_error: the exception text when ``import jax`` (or, with ``version``
+            set, ``import keras`` or ``jax.devices()``) failed, or the child crashed
+            or timed out; else ``None``.
+        setup_error: when a config was given, the tfgpu error its JAX plan raised
+            (the devices are then JAX's defaults).
+        log: what JAX printed on stderr while starting (last 6000 characters),
+            e.g. "An NVIDIA GPU may be present on this machine, but a CUDA-enabled
+            jaxlib is not installed. Falling back to cpu."
+        seconds: wall time of the child process.
+    """
+
+    version: Optional[str] = None
+    jaxlib_version: Optional[str] = None
+    keras_version: Optional[str] = None
+    default_backend: Optional[str] = None
+    devices: tuple[tuple[str, str, str], ...] = ()
+    import_error: Optional[str] = None
+    setup_error: Optional[str] = None
+    log: str = ""
+    seconds: float = 0.0
+
+    def devices_of(self, platform: str) -> list[str]:
+        """The device names of one platform, e.g. ``devices_of("gpu") == ["gpu:0", "gpu:1"]``."""
+        return [name for name, kind, _ in self.devices if kind == platform]
+
+
+@dataclass(frozen=True)
 class Library:
     """A shared library TensorFlow's CUDA build loads at start-up.
 
@@ -239,12 +302,15 @@ class Facts:
         packages: installed distribution -> version, for :data:`PACKAGES`.
         tensorflow: :class:`TensorflowFacts`, or ``None`` when not examined.
         libraries: :class:`Library` results, in load order.
+        jax: :class:`JaxFacts`, or ``None`` when not examined (JAX is examined
+            for ``backend: jax`` only; facts saved before it existed have none).
     """
 
     machine: Probe = field(default_factory=Probe)
     packages: dict[str, str] = field(default_factory=dict)
     tensorflow: Optional[TensorflowFacts] = None
     libraries: tuple[Library, ...] = ()
+    jax: Optional[JaxFacts] = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -479,7 +545,28 @@ def probe(nvml: Any = None) -> Probe:
         device_nodes=tuple(sorted(glob.glob("/dev/nvidia*"))),
         in_container=in_container(),
         wsl=_is_wsl(),
+        jax_memory_fraction_env=jax_fraction_env(),
     )
+
+
+def jax_fraction_env() -> Optional[str]:
+    """The memory-fraction variable the installed jaxlib reads, from its ``xla_client.py`` (not imported):
+    ``XLA_CLIENT_MEM_FRACTION`` where jaxlib knows that name (it also reads the deprecated
+    ``XLA_PYTHON_CLIENT_MEM_FRACTION`` and refuses the two together), else ``XLA_PYTHON_CLIENT_MEM_FRACTION``;
+    ``None`` without jaxlib."""
+    try:
+        spec = importlib.util.find_spec("jaxlib")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for folder in spec.submodule_search_locations:
+        try:
+            text = Path(folder, "xla_client.py").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        return "XLA_CLIENT_MEM_FRACTION" if "XLA_CLIENT_MEM_FRACTION" in text else "XLA_PYTHON_CLIENT_MEM_FRACTION"
+    return None
 
 
 def in_container() -> bool:
@@ -524,25 +611,70 @@ def probe_tensorflow(config: Optional[dict[str, Any]] = None, logical: bool = Tr
     """
     env = dict(os.environ)
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "0")  # the start-up log is evidence for the doctor
-    args = [sys.executable, "-m", "tfgpu._tfprobe"]
+    return _child_facts("tfgpu._tfprobe", {"config": config, "logical": logical}, env, timeout, TensorflowFacts,
+                        "TensorFlow", "a crash while importing TensorFlow, e.g. an illegal instruction on a CPU "
+                        "without AVX")
+
+
+def _child_facts(module: str, request: dict[str, Any], env: dict[str, str], timeout: float, facts_class: Any,
+                 what: str, crash: str) -> Any:
+    """Run ``python -m module`` with ``request`` as JSON on stdin; its last stdout line, as ``facts_class``.
+
+    Never raises: a timeout, a crash or an unreadable report becomes ``import_error`` (with the child's stderr
+    as ``log``)."""
     started = time.perf_counter()
     try:
-        child = subprocess.run(args, input=json.dumps({"config": config, "logical": logical}), capture_output=True,
+        child = subprocess.run([sys.executable, "-m", module], input=json.dumps(request), capture_output=True,
                                text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired as exc:
-        return TensorflowFacts(import_error=f"TensorFlow did not start within {timeout:.0f} s",
-                               log=_text(exc.stderr or "")[-6000:], seconds=timeout)
+        return facts_class(import_error=f"{what} did not start within {timeout:.0f} s",
+                           log=_text(exc.stderr or "")[-6000:], seconds=timeout)
     seconds = time.perf_counter() - started
     last = child.stdout.strip().splitlines()[-1:] or [""]
     try:
         data = json.loads(last[0])
     except json.JSONDecodeError:
-        return TensorflowFacts(
-            import_error=f"the TensorFlow child process exited with code {child.returncode} before reporting "
-                         "(a crash while importing TensorFlow, e.g. an illegal instruction on a CPU without AVX)",
-            log=child.stderr[-6000:], seconds=seconds)
-    facts = _from_dict(TensorflowFacts, data)
-    return dataclasses.replace(facts, log=child.stderr[-6000:], seconds=seconds)
+        return facts_class(import_error=f"the {what} child process exited with code {child.returncode} before "
+                                        f"reporting ({crash})", log=child.stderr[-6000:], seconds=seconds)
+    if not isinstance(data, dict):
+        return facts_class(import_error=f"the {what} child process reported {last[0][:200]!r}",
+                           log=child.stderr[-6000:], seconds=seconds)
+    return dataclasses.replace(_from_dict(facts_class, data), log=child.stderr[-6000:], seconds=seconds)
+
+
+def tensorflow_installed(packages: dict[str, str]) -> bool:
+    """Whether any TensorFlow distribution is among ``packages`` (:func:`probe_packages`' result)."""
+    return any(name in packages for name in TENSORFLOW_PACKAGES)
+
+
+def probe_jax(config: Optional[dict[str, Any]] = None, timeout: float = 240.0) -> JaxFacts:
+    """Start JAX (and Keras on it) in a child process and report what it sees; TensorFlow is never imported.
+
+    The child (``python -m tfgpu._jaxprobe``) runs with ``KERAS_BACKEND=jax``,
+    lists ``jax.devices()`` and ``jax.default_backend()``
+    (https://docs.jax.dev/en/latest/_autosummary/jax.devices.html) and imports
+    Keras. Listing the devices starts JAX's backends: on a GPU that creates a
+    CUDA context, so without a config the child sets
+    ``XLA_PYTHON_CLIENT_PREALLOCATE=false`` and takes no GPU memory from a job
+    running beside it (JAX would otherwise take 75% of each GPU at once,
+    https://docs.jax.dev/en/latest/gpu_memory_allocation.html).
+
+    Args:
+        config: a config dict (``backend: jax``); its JAX plan
+            (:func:`tfgpu.plan.make_plan` on this machine's :func:`probe`) sets
+            the environment (``CUDA_VISIBLE_DEVICES``, ``JAX_PLATFORMS``,
+            ``XLA_FLAGS``' CPU device count, memory variables) before JAX is
+            imported, so the devices are the ones a run gets. ``None``: JAX's defaults.
+        timeout: seconds before the child is abandoned (reported as an import error).
+
+    Returns:
+        :class:`JaxFacts`; never raises for a missing or broken JAX (``import_error`` says why).
+    """
+    env = dict(os.environ)
+    env["KERAS_BACKEND"] = "jax"
+    return _child_facts("tfgpu._jaxprobe", {"config": config}, env, timeout, JaxFacts, "JAX",
+                        "a crash while starting JAX, e.g. a jaxlib built for a newer CPU, or a CUDA plugin that "
+                        "does not match jaxlib")
 
 
 #: The libraries TensorFlow's CUDA 12 build dlopens, with their pip wheels (``tensorflow[and-cuda]``).
@@ -604,15 +736,22 @@ def probe_libraries(cudnn_major: str = "9", platform: str = sys.platform) -> tup
     return tuple(results)
 
 
-def gather_facts(tensorflow: bool = True) -> Facts:
+def gather_facts(tensorflow: bool = True, jax: bool = False) -> Facts:
     """Everything the doctor needs: :func:`probe`, :func:`probe_packages`,
     :func:`probe_tensorflow` (physical devices only, so no GPU memory is
-    touched; skipped with ``tensorflow=False``) and :func:`probe_libraries`."""
+    touched; skipped with ``tensorflow=False``), :func:`probe_libraries` and,
+    with ``jax=True`` (``backend: jax``), :func:`probe_jax` with JAX's defaults.
+
+    With ``jax=True`` TensorFlow is not started where no TensorFlow package is
+    installed (a JAX-only environment: nothing to examine)."""
     machine = probe()
+    packages = probe_packages()
+    if jax and not tensorflow_installed(packages):
+        tensorflow = False
     tf_facts = probe_tensorflow(logical=False) if tensorflow else None
     cudnn = str((tf_facts.build_info.get("cudnn_version") if tf_facts else None) or "9").split(".")[0]
-    return Facts(machine=machine, packages=probe_packages(), tensorflow=tf_facts,
-                 libraries=probe_libraries(cudnn, machine.platform))
+    return Facts(machine=machine, packages=packages, tensorflow=tf_facts,
+                 libraries=probe_libraries(cudnn, machine.platform), jax=probe_jax() if jax else None)
 
 
 def load_facts(path: str, option: str = "--machine") -> Facts:
