@@ -20,7 +20,7 @@ def data_dir() -> Path:
 
 
 def child_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TFGPU_", "CUDA_", "TF_", "KERAS_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TFGPU_", "CUDA_", "TF_", "KERAS_", "XLA_", "JAX_"))}
     env["TFGPU_DATA_DIR"] = str(data_dir())
     env["PYTHONUNBUFFERED"] = "1"
     env.update(extra)

@@ -51,15 +51,20 @@ class Setup:
         physical_devices: physical devices TensorFlow reports, e.g.
             ``("/physical_device:CPU:0", "/physical_device:GPU:0")``.
         logical_devices: logical devices, e.g. ``("/device:CPU:0", "/device:CPU:1")``.
-        strategy: the ``tf.distribute.Strategy`` to build models under.
-        num_replicas: ``strategy.num_replicas_in_sync`` (over all workers).
+        strategy: the ``tf.distribute.Strategy`` to build models under; with
+            ``backend: jax``, the ``keras.distribution.DataParallel`` tfgpu set
+            for the whole process (``None`` on one device: nothing to enter).
+        num_replicas: ``strategy.num_replicas_in_sync`` (over all workers); on
+            JAX, the devices the batch is split over.
         global_batch_size: per-replica batch x replicas (samples per step).
         cluster: the multi-worker :class:`~tfgpu.cluster.Cluster`, or ``None``.
         is_chief: whether this process writes outputs (``True`` on one machine).
 
     ``tfgpu launch`` applies a configuration without starting TensorFlow's
     context (the script may build its own strategy): there, ``strategy`` and
-    ``logical_devices`` are made when first read.
+    ``logical_devices`` are made when first read. With ``backend: jax``,
+    ``physical_devices`` and ``logical_devices`` are JAX's devices
+    (``("cpu:0 (cpu)", ...)`` and ``("cpu:0", "cpu:1")``).
     """
 
     def __init__(self, config: Config, plan: Any, physical_devices: tuple[str, ...],
@@ -71,7 +76,23 @@ class Setup:
         self._strategy = strategy
 
     @property
+    def backend(self) -> str:
+        """The Keras backend the configuration was applied for: ``"tensorflow"`` or ``"jax"``."""
+        return self.plan.backend
+
+    def scope(self) -> Any:
+        """The context to build models in: ``strategy.scope()`` on TensorFlow; on JAX a no-op (the
+        distribution tfgpu set applies to the whole process)."""
+        if self.backend == "jax":
+            import contextlib  # noqa: PLC0415
+
+            return contextlib.nullcontext()
+        return self.strategy.scope()
+
+    @property
     def strategy(self) -> Any:
+        if self.backend == "jax":
+            return self._strategy
         if self._strategy is None:
             from .apply import start_strategy  # noqa: PLC0415
 
@@ -89,6 +110,8 @@ class Setup:
 
     @property
     def num_replicas(self) -> int:
+        if self.backend == "jax":
+            return self.plan.num_replicas
         return int(self.strategy.num_replicas_in_sync)
 
     @property
@@ -106,6 +129,11 @@ class Setup:
     def __str__(self) -> str:
         s = self.plan.strategy
         workers = f" on {self.plan.num_workers} workers" if self.plan.cluster else ""
+        if self.backend == "jax":
+            return (f"tfgpu: Keras on JAX; {len(self.plan.gpus)} GPU(s); JAX devices: {', '.join(self.logical_devices)}; "
+                    f"distribution: {type(self.strategy).__name__ if self.strategy else 'none'} "
+                    f"({', '.join(s.devices) or 'default device'}); replicas: {self.num_replicas}; global batch: "
+                    f"{self.plan.batch_size_per_replica} x {self.num_replicas} = {self.global_batch_size}")
         return (
             f"tfgpu: {len(self.plan.gpus)} GPU(s); logical devices: {', '.join(self.logical_devices)}; "
             f"strategy: {type(self.strategy).__name__} ({', '.join(s.devices) or 'default device'}){workers}; "
@@ -147,6 +175,9 @@ def setup(config: Union[str, "os.PathLike[str]", dict, Config, None] = None, **s
         AlreadyInitializedError: TensorFlow already initialised its devices and
             a requested setting differs from what is in force (each is named).
 
+    With ``backend: jax`` the same fields describe Keras on JAX (see
+    :class:`Setup`); ``docs/jax.md`` lists the JAX variables set.
+
     Environment: ``TFGPU_CONFIG`` (config path when none is given);
     ``CUDA_VISIBLE_DEVICES`` (respected: indices count the GPUs it lets through);
     ``TF_CONFIG`` and ``SLURM_*`` (the cluster, for ``multi_worker_mirrored``).
@@ -157,12 +188,15 @@ def setup(config: Union[str, "os.PathLike[str]", dict, Config, None] = None, **s
 def _setup(config: Any = None, start: bool = True, **sections: Any) -> Setup:
     """:func:`setup`; ``start=False`` leaves TensorFlow's context unstarted (``tfgpu launch``'s bootstrap)."""
     global _applied
-    from .apply import apply_config  # noqa: PLC0415
     from .probe import probe  # noqa: PLC0415
 
     cfg = load_config(config, **sections)
     if _applied is not None and _applied[0] == cfg:
         return _applied[1]
+    if cfg.backend == "jax":
+        from .backends.jax_apply import apply_jax_config as apply_config  # noqa: PLC0415
+    else:
+        from .apply import apply_config  # noqa: PLC0415
     plan, applied = apply_config(cfg, probe(), start=start)
     result = Setup(cfg, plan, applied.physical_devices, applied.logical_devices, applied.strategy)
     _applied = (cfg, result)

@@ -207,8 +207,16 @@ def configure(recipe: Optional[str] = None, overrides: Sequence[str] = ()) -> An
     """
     from . import setup  # noqa: PLC0415
     from .config import load_config  # noqa: PLC0415
+    from .errors import ConfigError  # noqa: PLC0415
 
-    return setup(load_config(recipe, overrides=overrides))
+    cfg = load_config(recipe, overrides=overrides)
+    if cfg.backend == "jax":
+        raise ConfigError(
+            "backend: jax: tfgpu bench times TensorFlow ops (tf.matmul on TensorFlow's devices), so it would "
+            "not measure the JAX devices this config sets up.",
+            "run it with backend: tensorflow (--set backend=tensorflow); "
+            "'tfgpu run' records samples/s on both backends in summary.json.")
+    return setup(cfg)
 
 
 def environment() -> dict[str, Any]:

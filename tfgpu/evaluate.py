@@ -77,7 +77,7 @@ def evaluate_run(run_dir: str, overrides: Sequence[str] = (), splits: Sequence[s
 
     import keras  # noqa: PLC0415
 
-    with info.strategy.scope():
+    with info.scope():
         try:
             model = keras.models.load_model(folder / "model.keras")
         except Exception as exc:  # a damaged or foreign file

@@ -27,7 +27,7 @@ from . import __version__, keras_fixes
 from .config import Config, load_config
 from .data import LoadContext, prepare, source_for
 from .data.pipeline import normalization_stats, sample_batch
-from .errors import ConfigError, Interrupted, OutputError, Preempted, TfgpuError, TrainingError
+from .errors import ConfigError, DataError, Interrupted, OutputError, Preempted, TfgpuError, TrainingError
 from .loops import epoch_stats_callback, progress_mode
 from .loops.custom import train_custom
 from .loops.fit import train_fit
@@ -96,7 +96,65 @@ def load_data(cfg: Config, info: Any, source: Any, train: bool = True) -> tuple[
     context = LoadContext(global_batch_size=info.global_batch_size, num_replicas=info.num_replicas,
                           seed=data_seed(cfg, cluster), num_workers=cluster.num_workers if cluster else 1,
                           worker_index=cluster.worker_index if cluster else 0)
+    if info.backend == "jax":
+        return load_for_jax(cfg, info, source, context, train)
     return prepare(source, cfg.data, context, train)
+
+
+#: Data kinds that read their files with TensorFlow (tf.io, tf.data, TFDS), on either backend.
+NEEDS_TENSORFLOW = {"image_folder": "decodes its images with tf.io.decode_image",
+                    "tfrecord": "parses its records with tf.data and tf.io",
+                    "tfds": "reads TensorFlow Datasets through tf.data"}
+
+
+def load_for_jax(cfg: Config, info: Any, source: Any, context: Any, train: bool = True) -> tuple[Any, Any]:
+    """Keras on JAX: a checked source's data, in memory, and its ``keras.utils.PyDataset`` feeds.
+
+    In-memory sources (mnist, keras, arrays, csv, NumPy from a builder) need no
+    TensorFlow. Streamed splits are decoded into memory first with tf.data,
+    which needs TensorFlow (installed beside JAX it only reads data: Keras's
+    ``TF_FORCE_GPU_ALLOW_GROWTH=true`` keeps it off the GPUs' memory).
+
+    Raises:
+        DataError: the kind needs TensorFlow and it is not installed; a builder
+            that returns pre-batched datasets; a split too large for memory.
+    """
+    from .backends.jax_apply import tensorflow_importable  # noqa: PLC0415
+    from .data.feed import build_feeds  # noqa: PLC0415
+    from .data.pipeline import materialize  # noqa: PLC0415
+
+    kind = cfg.data.kind
+    missing_tf = (f"data.kind: {kind} needs TensorFlow, which is not installed here; with backend: jax tfgpu reads "
+                  "data without TensorFlow only from memory (kinds mnist, keras, arrays, csv, or a builder "
+                  "returning NumPy arrays)")
+    fix = ("pip install tensorflow-cpu (tf.data only; JAX keeps the GPUs), or write the data out as arrays "
+           "(data.kind: arrays, a .npz file)")
+    if kind in NEEDS_TENSORFLOW and not tensorflow_importable():
+        raise DataError(f"{missing_tf}: it {NEEDS_TENSORFLOW[kind]}.", fix)
+    try:
+        data = source.load(context)
+    except ModuleNotFoundError as exc:
+        if exc.name != "tensorflow":
+            raise
+        raise DataError(f"{missing_tf}: it imported TensorFlow.", fix) from None
+    streamed = [s for s in data.splits() if not s.in_memory and (train or s.name != "train")]
+    if any(s.batches is not None for s in streamed):
+        raise DataError("data.batched: true: the builder's datasets are batched by tf.data, and with backend: jax "
+                        "tfgpu batches the data itself, so that each global batch divides over the devices.",
+                        "set data.batched: false and return unbatched samples (or NumPy arrays).")
+    if streamed and not tensorflow_importable():
+        raise DataError(f"{missing_tf}: its splits are tf.data datasets.", fix)
+    # Decodes streamed splits into memory (tf.data); in-memory splits pass through without TensorFlow.
+    data, cache = materialize(data, cfg.data.model_copy(update={"cache": True}), context.seed,
+                              skip=() if train else ("train",))
+    left = [s.name for s in data.splits() if not s.in_memory and (train or s.name != "train")]
+    if left:
+        raise DataError(f"data ({', '.join(left)}): too large to decode into memory ({cache[left[0]]}); with "
+                        "backend: jax tfgpu reads every split from memory.",
+                        "use backend: tensorflow (which streams it), or less data.")
+    pipes = build_feeds(data, info.global_batch_size, info.num_replicas, context.seed, train)
+    pipes.info["cache"] = cache
+    return data, pipes
 
 
 def _outputs(cfg: Config, recipe: Optional[str], info: Any, resume: Optional[Path]) -> Path:
@@ -292,7 +350,7 @@ def _checkpointing(cfg: Config, info: Any, built: _Built, pipes: Any, run_dir: P
     """The checkpoint callback and the stop-signal watcher; restores ``state`` first (every worker)."""
     settings, chief = cfg.train.checkpoint, info.is_chief
     write_dir = run_dir / ckpt.CHECKPOINT_DIR
-    with info.strategy.scope():
+    with info.scope():
         if cfg.train.loop == "fit":
             files = ckpt.FitFiles(built.model, write_dir)
         else:
@@ -333,15 +391,18 @@ def _build(cfg: Config, info: Any, data: Any, steps_per_epoch: int) -> _Built:
                  "several workers (Keras's multi-step loop fails under MultiWorkerMirroredStrategy); "
                  "loop: custom runs several steps per call")
         per_call = 1
-    with info.strategy.scope():
+    with info.scope():
         model = build_model(cfg.model, spec.input_shape, target, normalization)
         optimizer, learning_rate = make_optimizer(cfg.model.optimizer, plan.lr_scale)
         if cfg.train.loop == "custom" and plan.mixed_precision == "mixed_float16":
             optimizer = keras.optimizers.LossScaleOptimizer(optimizer)  # fit wraps it itself
         # fit trains with what compile sets; for the custom loop it makes the saved
         # model.keras ready to evaluate and train further.
-        model.compile(optimizer=optimizer, loss=make_loss(cfg.model.loss),
-                      metrics=make_metrics(cfg.model.metrics, cfg.model.loss),
+        metrics = make_metrics(cfg.model.metrics, cfg.model.loss)
+        # On JAX the last evaluation batch carries padding of sample weight 0 (tfgpu.data.feed); Keras applies
+        # sample weights to weighted_metrics only, which are the same metrics when no weights are given.
+        by_weight = {"weighted_metrics": metrics} if plan.backend == "jax" else {"metrics": metrics}
+        model.compile(optimizer=optimizer, loss=make_loss(cfg.model.loss), **by_weight,
                       jit_compile=plan.jit_compile, steps_per_execution=per_call)
         built = _Built(model, optimizer, learning_rate, per_call)
         if cfg.train.loop == "custom":
@@ -380,7 +441,6 @@ def _profile_calls(cfg: Config, steps_per_epoch: int, per_call: int) -> Optional
 def _summary(cfg: Config, recipe: Optional[str], run_dir: Path, started_at: float, info: Any, data: Any,
              pipes: Any, built: _Built, profile: Optional[dict]) -> dict[str, Any]:
     import keras  # noqa: PLC0415
-    import tensorflow as tf  # noqa: PLC0415
 
     plan = info.plan
     train = data.train
@@ -402,12 +462,12 @@ def _summary(cfg: Config, recipe: Optional[str], run_dir: Path, started_at: floa
         "cwd": os.getcwd(),
         "started_at": started_at,
         "loop": cfg.train.loop,
-        "versions": {"tfgpu": __version__, "tensorflow": tf.__version__, "keras": keras.__version__,
-                     "python": platform.python_version()},
+        "backend": plan.backend,
+        "versions": _versions(plan.backend, keras.__version__),
         "physical_devices": list(info.physical_devices),
         "logical_devices": list(info.logical_devices),
         "gpus": [g.name for g in plan.gpus],
-        "strategy": type(info.strategy).__name__,
+        "strategy": type(info.strategy).__name__ if info.strategy is not None else None,
         "strategy_devices": list(plan.strategy.devices),
         "cross_device_ops": plan.strategy.cross_device_ops,
         "cluster": plan.cluster.to_dict() if plan.cluster else None,
@@ -433,13 +493,38 @@ def _summary(cfg: Config, recipe: Optional[str], run_dir: Path, started_at: floa
     }
 
 
+def _versions(backend: str, keras_version: str) -> dict[str, Optional[str]]:
+    """tfgpu, Python, Keras and the backend's packages (TensorFlow's version only where it is imported, so a
+    JAX run never imports it)."""
+    import sys  # noqa: PLC0415
+    from importlib import metadata  # noqa: PLC0415
+
+    versions: dict[str, Optional[str]] = {"tfgpu": __version__, "keras": keras_version,
+                                          "python": platform.python_version()}
+    tf = sys.modules.get("tensorflow")
+    versions["tensorflow"] = getattr(tf, "__version__", None)
+    if backend == "jax":
+        for name in ("jax", "jaxlib"):
+            try:
+                versions[name] = metadata.version(name)
+            except metadata.PackageNotFoundError:
+                versions[name] = None
+    return versions
+
+
 def _banner(run_dir: Path, info: Any, data: Any, pipes: Any, built: _Built, cfg: Config) -> None:
     plan, spec = info.plan, data.spec
     _say(f"run directory {run_dir}")
-    _say(f"devices: {', '.join(info.logical_devices)}")
-    _say(f"strategy: {type(info.strategy).__name__} on {', '.join(plan.strategy.devices) or 'the default device'}"
-         + (f" ({plan.strategy.cross_device_ops})" if plan.strategy.cross_device_ops else "")
-         + (" of each worker" if plan.cluster else ""))
+    if plan.backend == "jax":
+        _say(f"backend: jax; JAX devices: {', '.join(info.logical_devices)}")
+        _say("distribution: " + (f"keras.distribution.DataParallel over {', '.join(plan.strategy.devices)}"
+                                 if info.strategy is not None else
+                                 f"none ({', '.join(plan.strategy.devices) or 'the default device'})"))
+    else:
+        _say(f"devices: {', '.join(info.logical_devices)}")
+        _say(f"strategy: {type(info.strategy).__name__} on {', '.join(plan.strategy.devices) or 'the default device'}"
+             + (f" ({plan.strategy.cross_device_ops})" if plan.strategy.cross_device_ops else "")
+             + (" of each worker" if plan.cluster else ""))
     if plan.cluster:
         _say(f"cluster: {plan.cluster.describe()}; sharding: {pipes.info['sharding']['policy']} "
              f"({pipes.info['sharding']['reason']})")

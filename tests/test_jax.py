@@ -1,0 +1,185 @@
+"""Keras on JAX (``backend: jax``): real training on JAX's CPU backend split into two devices, no TensorFlow.
+
+JAX is an optional extra (``pip install 'tfgpu[jax]'``): without it these tests
+are skipped, unless ``TFGPU_JAX_TESTS=required`` (set by ``.ci/run``), which
+makes a missing JAX a failure. Every run here happens in a child process in
+which ``import tensorflow`` fails (``sys.modules['tensorflow'] = None``), as on
+a host where TensorFlow is not installed: a JAX run that touched TensorFlow
+would fail.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from .conftest import ROOT, child_env, one_paragraph, only_run_dir, run_cli
+
+if importlib.util.find_spec("jax") is None:
+    if os.environ.get("TFGPU_JAX_TESTS") == "required":
+        raise RuntimeError("TFGPU_JAX_TESTS=required but JAX is not installed: pip install -e '.[test]'")
+    pytest.skip("JAX is not installed (pip install 'tfgpu[jax]')", allow_module_level=True)
+
+#: The seed recipe on two devices with a small per-replica batch (the issue's comparison).
+SEED = ["recipes/mnist.yaml", "--set", "devices.cpu_logical_devices=2", "--set", "train.batch_size_per_replica=64",
+        "--set", "train.epochs=2", "--set", "train.progress=epoch"]
+NO_TF = "import sys; sys.modules['tensorflow'] = None; from tfgpu.cli import main; sys.argv[0] = 'tfgpu'; main()"
+
+
+def run_without_tf(*args: str, timeout: int = 600, **env: str) -> subprocess.CompletedProcess:
+    """``tfgpu ARGS`` in a child where TensorFlow cannot be imported."""
+    return subprocess.run([sys.executable, "-c", NO_TF, *args], capture_output=True, text=True, timeout=timeout,
+                          env=child_env(**env), cwd=ROOT)
+
+
+def final(run_dir) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def jax_and_tf_runs(tmp_path_factory):
+    """The seed recipe trained twice from the same seed: on JAX (no TensorFlow) and on TensorFlow."""
+    jax_parent, tf_parent = tmp_path_factory.mktemp("jax"), tmp_path_factory.mktemp("tf")
+    on_jax = run_without_tf("run", *SEED, "--set", "backend=jax", "--output-dir", str(jax_parent))
+    assert on_jax.returncode == 0, f"{on_jax.stdout}\n{on_jax.stderr[-4000:]}"
+    on_tf = run_cli("run", *SEED, "--output-dir", str(tf_parent))
+    assert on_tf.returncode == 0, f"{on_tf.stdout}\n{on_tf.stderr[-4000:]}"
+    return (on_jax, only_run_dir(jax_parent)), (on_tf, only_run_dir(tf_parent))
+
+
+@pytest.mark.slow
+def test_jax_trains_the_seed_recipe_data_parallel_on_two_devices_as_well_as_tensorflow(jax_and_tf_runs):
+    (out, run_dir), (_, tf_dir) = jax_and_tf_runs
+    summary, tf_summary = final(run_dir), final(tf_dir)
+    assert summary["status"] == "completed" and summary["backend"] == "jax"
+    assert summary["versions"]["tensorflow"] is None and summary["versions"]["jax"]
+    assert summary["strategy"] == "DataParallel" and summary["strategy_devices"] == ["cpu:0", "cpu:1"]
+    assert summary["num_replicas"] == 2 and summary["global_batch_size"] == 128
+    assert summary["physical_devices"] == ["cpu:0 (cpu)", "cpu:1 (cpu)"]
+    # 22,699 samples in global batches of 128: 177 full ones and 43 left, rounded down to 42 for 2 devices.
+    assert summary["steps_per_epoch"] == 178 and summary["data"]["feed"]["last_train_batch"] == 42
+    assert summary["data"]["feed"]["train_samples_left_out_per_epoch"] == 1
+    accuracy, tf_accuracy = summary["final_metrics"]["val_accuracy"], tf_summary["final_metrics"]["val_accuracy"]
+    assert accuracy >= 0.95, accuracy
+    assert abs(accuracy - tf_accuracy) <= 0.01, (accuracy, tf_accuracy)
+    assert tf_summary["backend"] == "tensorflow" and tf_summary["strategy"] == "MirroredStrategy"
+    plan = json.loads((run_dir / "plan.json").read_text())
+    assert plan["backend"] == "jax"
+    assert plan["env"]["KERAS_BACKEND"] == "jax" and plan["env"]["TF_FORCE_GPU_ALLOW_GROWTH"] == "true"
+    assert plan["env"]["XLA_FLAGS"] == "--xla_force_host_platform_device_count=2"
+    assert plan["env_settings"]["XLA_FLAGS"] == "devices.cpu_logical_devices"
+    assert "backend: jax" in (run_dir / "config.yaml").read_text()
+    with open(run_dir / "metrics.csv") as f:
+        assert [row["epoch"] for row in csv.DictReader(f)] == ["0", "1"]
+    assert (run_dir / "model.keras").stat().st_size > 0
+    assert "tfgpu: distribution: keras.distribution.DataParallel over cpu:0, cpu:1" in out.stdout
+
+
+@pytest.mark.slow
+def test_a_jax_run_is_evaluated_without_tensorflow(jax_and_tf_runs):
+    (_, run_dir), _ = jax_and_tf_runs
+    out = run_without_tf("evaluate", str(run_dir), "--split", "test")
+    assert out.returncode == 0, out.stdout + out.stderr[-3000:]
+    report = json.loads((run_dir / "evaluation.json").read_text())
+    assert report["splits"]["test"]["samples"] == 10_000
+    assert report["splits"]["test"]["accuracy"] == pytest.approx(final(run_dir)["final_metrics"]["val_accuracy"],
+                                                                  abs=1e-4)
+
+
+@pytest.mark.slow
+def test_an_uneven_last_batch_is_padded_not_dropped_and_metrics_stay_exact():
+    """1,001 validation samples on 2 devices, global batch 64: the last batch of 41 is padded to 42 with a
+    zero-weight sample; accuracy equals the one computed without any distribution (keras-team/keras#21167)."""
+    code = """
+        import sys; sys.modules['tensorflow'] = None
+        import numpy as np, tfgpu
+        info = tfgpu.setup(backend="jax", devices={"cpu_logical_devices": 2}, tensorflow={"seed": 3},
+                           train={"batch_size_per_replica": 32})
+        import keras
+        from tfgpu.data.base import Data, DataSpec, Split
+        from tfgpu.data.feed import build_feeds
+        rng = np.random.default_rng(0)
+        x = rng.normal(size=(1001, 5)).astype("float32"); y = (x[:, 0] > 0).astype("int32")
+        spec = DataSpec("arrays", "test", (5,), "float32", num_classes=2)
+        data = Data(Split("train", "t", x=x, y=y), Split("validation", "v", x=x, y=y), None, spec)
+        pipes = build_feeds(data, info.global_batch_size, info.num_replicas, 3)
+        model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(2, activation="softmax")])
+        model.compile(loss="sparse_categorical_crossentropy", weighted_metrics=["accuracy"])  # as tfgpu run does
+        model.fit(pipes.train_epochs(1), steps_per_epoch=pipes.steps_per_epoch, verbose=0)
+        padded = model.evaluate(pipes.validation, return_dict=True, verbose=0)
+        last = pipes.validation[len(pipes.validation) - 1]
+        w, b = model.layers[0].get_weights()  # the model is x @ w + b then softmax: its accuracy on all 1,001
+        exact = float(np.mean(np.argmax(x @ w + b, axis=1) == y))
+        print(pipes.steps_per_epoch, len(pipes.validation), last[0].shape[0], float(last[2].sum()))
+        print(padded["accuracy"], exact)
+    """
+    out = subprocess.run([sys.executable, "-c", __import__("textwrap").dedent(code)], capture_output=True, text=True,
+                         timeout=300, env=child_env(), cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    counts, accuracies = out.stdout.strip().splitlines()[-2:]
+    # Training: 15 full batches of 64 and 41 left, rounded down to 40; validation: 16 batches, the last padded.
+    assert counts.split() == ["16", "16", "42", "41.0"]
+    padded, exact = map(float, accuracies.split())
+    assert padded == pytest.approx(exact, abs=1e-6)
+
+
+def test_data_that_needs_tensorflow_says_so_when_it_is_absent(tmp_path):
+    from PIL import Image  # noqa: PLC0415
+
+    for label in ("a", "b"):
+        (tmp_path / label).mkdir()
+        for i in range(3):
+            Image.fromarray(np.full((8, 8), 40 * i, np.uint8)).save(tmp_path / label / f"{i}.png")
+    out = run_without_tf("run", "recipes/mnist_jax.yaml", "--set", "data.kind=image_folder", "--set",
+                         f"data.path={tmp_path}", "--set", "data.name=null", "--output-dir", str(tmp_path / "runs"))
+    assert out.returncode == 5, out.stdout + out.stderr
+    assert "data.kind: image_folder needs TensorFlow, which is not installed here" in out.stderr
+    assert "tf.io.decode_image" in out.stderr and "Fix: pip install tensorflow-cpu" in out.stderr
+    assert "Traceback" not in out.stderr
+    one_paragraph(out.stderr.split("Fix:")[0].replace("tfgpu: data error: ", ""))
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_setup_returns_the_same_fields_on_jax_without_tensorflow():
+    code = """
+        import sys; sys.modules['tensorflow'] = None
+        import tfgpu
+        info = tfgpu.setup("recipes/mnist_jax.yaml", devices={"cpu_logical_devices": 2})
+        print(info.backend, info.logical_devices, info.physical_devices, type(info.strategy).__name__,
+              info.num_replicas, info.global_batch_size, info.cluster, info.is_chief)
+        with info.scope():
+            pass
+        print(info)
+        print("tensorflow" in sys.modules and sys.modules["tensorflow"] is not None)
+    """
+    out = subprocess.run([sys.executable, "-c", __import__("textwrap").dedent(code)], capture_output=True, text=True,
+                         timeout=120, env=child_env(), cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.strip().splitlines()
+    assert lines[0] == ("jax ('cpu:0', 'cpu:1') ('cpu:0 (cpu)', 'cpu:1 (cpu)') DataParallel 2 128 None True")
+    assert lines[1].startswith("tfgpu: Keras on JAX; 0 GPU(s); JAX devices: cpu:0, cpu:1; distribution: DataParallel")
+    assert lines[2] == "False"
+
+
+def test_keras_imported_with_tensorflow_first_is_refused_with_the_reason():
+    code = """
+        import os; os.environ["KERAS_BACKEND"] = "tensorflow"
+        import keras, tfgpu
+        try:
+            tfgpu.setup(backend="jax")
+        except tfgpu.AlreadyInitializedError as exc:
+            print(exc)
+    """
+    out = subprocess.run([sys.executable, "-c", __import__("textwrap").dedent(code)], capture_output=True, text=True,
+                         timeout=120, env=child_env(), cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "backend: KERAS_BACKEND=jax cannot be applied: Keras was already imported with the tensorflow backend" \
+        in out.stdout
+    assert "call tfgpu.setup() before importing Keras" in out.stdout
