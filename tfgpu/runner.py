@@ -25,9 +25,9 @@ from typing import Any, Optional, Sequence
 # None of these imports TensorFlow; each module imports it inside the function that needs it.
 from . import __version__, keras_fixes
 from .config import Config, load_config
-from .data import LoadContext, prepare, source_for
+from .data import LoadContext, prepare, prepare_for_jax, source_for
 from .data.pipeline import normalization_stats, sample_batch
-from .errors import ConfigError, DataError, Interrupted, OutputError, Preempted, TfgpuError, TrainingError
+from .errors import ConfigError, Interrupted, OutputError, Preempted, TfgpuError, TrainingError
 from .loops import epoch_stats_callback, progress_mode
 from .loops.custom import train_custom
 from .loops.fit import train_fit
@@ -97,64 +97,8 @@ def load_data(cfg: Config, info: Any, source: Any, train: bool = True) -> tuple[
                           seed=data_seed(cfg, cluster), num_workers=cluster.num_workers if cluster else 1,
                           worker_index=cluster.worker_index if cluster else 0)
     if info.backend == "jax":
-        return load_for_jax(cfg, info, source, context, train)
+        return prepare_for_jax(source, cfg.data, context, info.num_replicas, train)
     return prepare(source, cfg.data, context, train)
-
-
-#: Data kinds that read their files with TensorFlow (tf.io, tf.data, TFDS), on either backend.
-NEEDS_TENSORFLOW = {"image_folder": "decodes its images with tf.io.decode_image",
-                    "tfrecord": "parses its records with tf.data and tf.io",
-                    "tfds": "reads TensorFlow Datasets through tf.data"}
-
-
-def load_for_jax(cfg: Config, info: Any, source: Any, context: Any, train: bool = True) -> tuple[Any, Any]:
-    """Keras on JAX: a checked source's data, in memory, and its ``keras.utils.PyDataset`` feeds.
-
-    In-memory sources (mnist, keras, arrays, csv, NumPy from a builder) need no
-    TensorFlow. Streamed splits are decoded into memory first with tf.data,
-    which needs TensorFlow (installed beside JAX it only reads data: Keras's
-    ``TF_FORCE_GPU_ALLOW_GROWTH=true`` keeps it off the GPUs' memory).
-
-    Raises:
-        DataError: the kind needs TensorFlow and it is not installed; a builder
-            that returns pre-batched datasets; a split too large for memory.
-    """
-    from .backends.jax_apply import tensorflow_importable  # noqa: PLC0415
-    from .data.feed import build_feeds  # noqa: PLC0415
-    from .data.pipeline import materialize  # noqa: PLC0415
-
-    kind = cfg.data.kind
-    missing_tf = (f"data.kind: {kind} needs TensorFlow, which is not installed here; with backend: jax tfgpu reads "
-                  "data without TensorFlow only from memory (kinds mnist, keras, arrays, csv, or a builder "
-                  "returning NumPy arrays)")
-    fix = ("pip install tensorflow-cpu (tf.data only; JAX keeps the GPUs), or write the data out as arrays "
-           "(data.kind: arrays, a .npz file)")
-    if kind in NEEDS_TENSORFLOW and not tensorflow_importable():
-        raise DataError(f"{missing_tf}: it {NEEDS_TENSORFLOW[kind]}.", fix)
-    try:
-        data = source.load(context)
-    except ModuleNotFoundError as exc:
-        if exc.name != "tensorflow":
-            raise
-        raise DataError(f"{missing_tf}: it imported TensorFlow.", fix) from None
-    streamed = [s for s in data.splits() if not s.in_memory and (train or s.name != "train")]
-    if any(s.batches is not None for s in streamed):
-        raise DataError("data.batched: true: the builder's datasets are batched by tf.data, and with backend: jax "
-                        "tfgpu batches the data itself, so that each global batch divides over the devices.",
-                        "set data.batched: false and return unbatched samples (or NumPy arrays).")
-    if streamed and not tensorflow_importable():
-        raise DataError(f"{missing_tf}: its splits are tf.data datasets.", fix)
-    # Decodes streamed splits into memory (tf.data); in-memory splits pass through without TensorFlow.
-    data, cache = materialize(data, cfg.data.model_copy(update={"cache": True}), context.seed,
-                              skip=() if train else ("train",))
-    left = [s.name for s in data.splits() if not s.in_memory and (train or s.name != "train")]
-    if left:
-        raise DataError(f"data ({', '.join(left)}): too large to decode into memory ({cache[left[0]]}); with "
-                        "backend: jax tfgpu reads every split from memory.",
-                        "use backend: tensorflow (which streams it), or less data.")
-    pipes = build_feeds(data, info.global_batch_size, info.num_replicas, context.seed, train)
-    pipes.info["cache"] = cache
-    return data, pipes
 
 
 def _outputs(cfg: Config, recipe: Optional[str], info: Any, resume: Optional[Path]) -> Path:

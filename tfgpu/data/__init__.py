@@ -5,6 +5,7 @@ Use::
     source = source_for(cfg.data, cfg.model.loss, cfg.tensorflow.seed)
     source.check()                                    # local files, before TensorFlow starts: DataError (exit 5)
     data, pipes = prepare(source, cfg.data, context)  # after tfgpu.setup(): source.load, decoding, pipelines
+    # backend: jax: prepare_for_jax(source, cfg.data, context, replicas): keras.utils.PyDataset feeds, no TensorFlow
 
 ``docs/data.md`` documents every kind and key. Importing this package does not
 import TensorFlow.
@@ -19,6 +20,7 @@ from .arrays import ArraysSource
 from .base import DATA_DIR_ENV, Data, DataSpec, LoadContext, Source, Split
 from .builder import BuilderSource
 from .csv import CsvSource
+from .feed import prepare_for_jax
 from .image_folder import ImageFolderSource
 from .keras_datasets import KerasSource
 from .tfds import TfdsSource
@@ -37,7 +39,7 @@ SOURCES: dict[str, type[Source]] = {
 }
 
 __all__ = ["DATA_DIR_ENV", "Data", "DataSpec", "LoadContext", "SOURCES", "Source", "Split", "prepare",
-           "source_for"]
+           "prepare_for_jax", "source_for"]
 
 
 def source_for(cfg: DataConfig, loss: Any = "sparse_categorical_crossentropy",

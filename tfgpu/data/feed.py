@@ -34,9 +34,10 @@ from typing import Any, Optional
 
 import numpy as np
 
+from ..config import DataConfig
 from ..errors import DataError
-from .base import Data, DataSpec, Split
-from .pipeline import Pipelines, transform_numpy
+from .base import Data, DataSpec, LoadContext, Source, Split
+from .pipeline import Pipelines, materialize, transform_numpy
 
 
 @functools.lru_cache(maxsize=None)
@@ -171,3 +172,62 @@ def build_feeds(data: Data, global_batch: int, replicas: int, seed: Optional[int
                      "last_train_batch": last, "train_samples_left_out_per_epoch": left_out,
                      "evaluation_padding": "the last batch padded to a multiple of the devices, sample weight 0"}}
     return Pipelines(train_epochs(1), validation, test, steps, validation_steps, test_steps, info, train_epochs)
+
+
+#: Data kinds that read their files with TensorFlow (tf.io, tf.data, TFDS), on either backend.
+NEEDS_TENSORFLOW = {"image_folder": "decodes its images with tf.io.decode_image",
+                    "tfrecord": "parses its records with tf.data and tf.io",
+                    "tfds": "reads TensorFlow Datasets through tf.data"}
+
+
+def prepare_for_jax(source: Source, cfg: DataConfig, context: LoadContext, replicas: int,
+                    train: bool = True) -> tuple[Data, Pipelines]:
+    """Keras on JAX, :func:`tfgpu.data.prepare`'s counterpart: a checked source's data, in memory, and its
+    ``keras.utils.PyDataset`` feeds (:func:`build_feeds`).
+
+    Call after :func:`tfgpu.setup` with ``backend: jax``; ``replicas`` are the
+    devices each global batch (``context.global_batch_size``) is split over.
+
+    In-memory sources (mnist, keras, arrays, csv, NumPy from a builder) need no
+    TensorFlow. Streamed splits are decoded into memory first with tf.data,
+    which needs TensorFlow (installed beside JAX it only reads data: Keras's
+    ``TF_FORCE_GPU_ALLOW_GROWTH=true`` keeps it off the GPUs' memory).
+
+    Raises:
+        DataError: the kind needs TensorFlow and it is not installed; a builder
+            that returns pre-batched datasets; a split too large for memory.
+    """
+    from ..backends.jax_apply import tensorflow_importable  # noqa: PLC0415
+
+    kind = cfg.kind
+    missing_tf = (f"data.kind: {kind} needs TensorFlow, which is not installed here; with backend: jax tfgpu reads "
+                  "data without TensorFlow only from memory (kinds mnist, keras, arrays, csv, or a builder "
+                  "returning NumPy arrays)")
+    fix = ("pip install tensorflow-cpu (tf.data only; JAX keeps the GPUs), or write the data out as arrays "
+           "(data.kind: arrays, a .npz file)")
+    if kind in NEEDS_TENSORFLOW and not tensorflow_importable():
+        raise DataError(f"{missing_tf}: it {NEEDS_TENSORFLOW[kind]}.", fix)
+    try:
+        data = source.load(context)
+    except ModuleNotFoundError as exc:
+        if exc.name != "tensorflow":
+            raise
+        raise DataError(f"{missing_tf}: it imported TensorFlow.", fix) from None
+    streamed = [s for s in data.splits() if not s.in_memory and (train or s.name != "train")]
+    if any(s.batches is not None for s in streamed):
+        raise DataError("data.batched: true: the builder's datasets are batched by tf.data, and with backend: jax "
+                        "tfgpu batches the data itself, so that each global batch divides over the devices.",
+                        "set data.batched: false and return unbatched samples (or NumPy arrays).")
+    if streamed and not tensorflow_importable():
+        raise DataError(f"{missing_tf}: its splits are tf.data datasets.", fix)
+    # Decodes streamed splits into memory (tf.data); in-memory splits pass through without TensorFlow.
+    data, cache = materialize(data, cfg.model_copy(update={"cache": True}), context.seed,
+                              skip=() if train else ("train",))
+    left = [s.name for s in data.splits() if not s.in_memory and (train or s.name != "train")]
+    if left:
+        raise DataError(f"data ({', '.join(left)}): too large to decode into memory ({cache[left[0]]}); with "
+                        "backend: jax tfgpu reads every split from memory.",
+                        "use backend: tensorflow (which streams it), or less data.")
+    pipes = build_feeds(data, context.global_batch_size, replicas, context.seed, train)
+    pipes.info["cache"] = cache
+    return data, pipes
