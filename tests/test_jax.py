@@ -14,6 +14,7 @@ import csv
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -183,3 +184,27 @@ def test_keras_imported_with_tensorflow_first_is_refused_with_the_reason():
     assert "backend: KERAS_BACKEND=jax cannot be applied: Keras was already imported with the tensorflow backend" \
         in out.stdout
     assert "call tfgpu.setup() before importing Keras" in out.stdout
+
+
+@pytest.mark.slow
+def test_sigterm_on_jax_saves_exits_75_and_resume_finishes_without_tensorflow(tmp_path):
+    """Checkpoints (Keras's BackupAndRestore files) and --resume on JAX: the same contract as on TensorFlow."""
+    from .test_faults import checkpoint_at, epochs_in, summary_of, wait_for  # noqa: PLC0415
+
+    args = ["run", "recipes/mnist_jax.yaml", "--set", "devices.cpu_logical_devices=2", "--set",
+            "train.batch_size_per_replica=256", "--set", "train.steps_per_execution=5", "--set",
+            "train.checkpoint.every_steps=10", "--set", "train.epochs=3", "--output-dir", str(tmp_path)]
+    process = subprocess.Popen([sys.executable, "-c", NO_TF, *args], cwd=ROOT, env=child_env(),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    run_dir = wait_for(checkpoint_at(tmp_path, 20), process)
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 75, err[-3000:]
+    assert "tfgpu: preempted: SIGTERM arrived" in err and "Traceback" not in err
+    assert summary_of(run_dir)["status"] == "preempted"
+    resumed = run_without_tf("run", "--resume", str(run_dir))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    summary = summary_of(run_dir)
+    assert epochs_in(run_dir) == [0, 1, 2] and summary["status"] == "completed"
+    assert summary["backend"] == "jax" and summary["restarts"][0]["redo_steps"] == 0
+    assert summary["final_metrics"]["val_accuracy"] >= 0.95
