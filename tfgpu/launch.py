@@ -170,7 +170,7 @@ def launch_settings(plan: Any, workers: int = 1) -> list[Setting]:
 def describe_settings(rows: Sequence[Setting]) -> str:
     """The settings as the lines ``tfgpu plan --launch`` prints."""
     lines = ["tfgpu launch: how each setting reaches the script",
-             "By environment (read by TensorFlow/CUDA when they start):"]
+             "By environment (read by Keras, TensorFlow or JAX, and CUDA when they start):"]
     lines += [f"  {r.what}    # {r.key}" if r.key not in r.what else f"  {r.what}" for r in rows
               if r.how == "environment"]
     lines.append("By the bootstrap (tfgpu.setup() in the script's process, before the script runs as __main__):")
