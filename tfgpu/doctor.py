@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Callable, Optional
 
 from .config import Config
+from .config.schema import NEEDS_TENSORFLOW
 from .errors import TfgpuError
 from .probe import JAX_CUDA_PLUGINS, TENSORFLOW_PACKAGES, Facts, GpuInfo, JaxFacts, Library, cuda_choice, \
     tensorflow_installed
@@ -48,7 +49,7 @@ JAX_INSTALL_CPU = "pip install 'tfgpu[jax]'"
 JAX_INSTALL_CUDA12 = 'pip install -U "jax[cuda12]"'
 
 #: ``data.kind`` values that read their data with TensorFlow (``tf.data``), on either backend.
-TF_DATA_KINDS = ("image_folder", "tfrecord", "tfds")
+TF_DATA_KINDS = tuple(NEEDS_TENSORFLOW)
 
 
 @dataclass(frozen=True)

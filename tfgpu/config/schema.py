@@ -296,6 +296,11 @@ def normalise_device(name: str) -> str:
 
 #: ``data.kind`` values, in the order the docs list them.
 DATA_KINDS = ("mnist", "keras", "arrays", "image_folder", "csv", "tfrecord", "builder", "tfds")
+#: Data kinds that read their files with TensorFlow on either backend, and how (with ``backend: jax``
+#: they need TensorFlow installed beside JAX; ``tfgpu doctor`` and the JAX data path say so).
+NEEDS_TENSORFLOW = {"image_folder": "decodes its images with tf.io.decode_image",
+                    "tfrecord": "parses its records with tf.data and tf.io",
+                    "tfds": "reads TensorFlow Datasets through tf.data"}
 #: The Keras built-in datasets ``kind: keras`` reads (``kind: mnist`` is the first).
 KERAS_DATASETS = ("mnist", "fashion_mnist", "cifar10", "cifar100")
 #: Roles of arrays in an ``arrays`` source; ``data.keys`` renames them.

@@ -35,6 +35,7 @@ from typing import Any, Optional
 import numpy as np
 
 from ..config import DataConfig
+from ..config.schema import NEEDS_TENSORFLOW
 from ..errors import DataError
 from .base import Data, DataSpec, LoadContext, Source, Split
 from .pipeline import Pipelines, materialize, transform_numpy
@@ -172,12 +173,6 @@ def build_feeds(data: Data, global_batch: int, replicas: int, seed: Optional[int
                      "last_train_batch": last, "train_samples_left_out_per_epoch": left_out,
                      "evaluation_padding": "the last batch padded to a multiple of the devices, sample weight 0"}}
     return Pipelines(train_epochs(1), validation, test, steps, validation_steps, test_steps, info, train_epochs)
-
-
-#: Data kinds that read their files with TensorFlow (tf.io, tf.data, TFDS), on either backend.
-NEEDS_TENSORFLOW = {"image_folder": "decodes its images with tf.io.decode_image",
-                    "tfrecord": "parses its records with tf.data and tf.io",
-                    "tfds": "reads TensorFlow Datasets through tf.data"}
 
 
 def prepare_for_jax(source: Source, cfg: DataConfig, context: LoadContext, replicas: int,
