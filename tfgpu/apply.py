@@ -172,22 +172,36 @@ def apply_config(config: Any, machine: Probe, start: bool = True) -> tuple[Plan,
     if not tf_was_imported:
         set_environment(plan.env)
         tf = import_tensorflow()
-        seen = _tensorflow_gpus(tf)
-        if plan.gpus and not seen:
-            why = (f"NVML lists {len(machine.gpus)} GPU(s) but TensorFlow sees none (a CPU-only TensorFlow, or "
-                   "CUDA libraries it cannot load)")
-            try:
-                plan = make_plan(config, dataclasses.replace(machine, gpus=()))
-            except DeviceError as exc:
-                raise DeviceError(f"{why}, so {exc.message}", "run 'tfgpu doctor' to find out why.") from None
-            plan = dataclasses.replace(plan, warnings=plan.warnings + (
-                f"{why}; running on the CPU ('tfgpu doctor' says why)",))
-        elif not plan.gpus and seen and machine.nvml_error and config.devices.visible_gpus == "all":
-            plan = make_plan(config, dataclasses.replace(machine, gpus=seen))
-            plan = dataclasses.replace(plan, warnings=plan.warnings + (
-                f"NVML could not be read ({machine.nvml_error}) but TensorFlow sees {len(seen)} GPU(s); planned "
-                "for those, without their memory totals",))
+        plan = reconcile(config, machine, plan, _tensorflow_gpus(tf), "TensorFlow",
+                         "a CPU-only TensorFlow, or CUDA libraries it cannot load")
     return plan, apply_plan(plan, tf_was_imported, start)
+
+
+def reconcile(config: Any, machine: Probe, plan: Plan, seen: tuple[GpuInfo, ...], backend: str,
+              cause: str) -> Plan:
+    """The plan again when NVML and the backend disagree about the GPUs, with a warning saying why.
+
+    NVML lists GPUs the backend cannot use (``cause``, e.g. a CPU-only build): the plan is made for the CPU.
+    NVML could not be read but the backend sees GPUs (``seen``): the plan is made for those, without their
+    memory totals. Otherwise ``plan`` is returned as it is.
+
+    Raises:
+        DeviceError: the config cannot be planned for the CPU (e.g. a GPU index it asks for).
+    """
+    if plan.gpus and not seen:
+        why = f"NVML lists {len(machine.gpus)} GPU(s) but {backend} sees none ({cause})"
+        try:
+            plan = make_plan(config, dataclasses.replace(machine, gpus=()))
+        except DeviceError as exc:
+            raise DeviceError(f"{why}, so {exc.message}", "run 'tfgpu doctor' to find out why.") from None
+        return dataclasses.replace(plan, warnings=plan.warnings + (
+            f"{why}; running on the CPU ('tfgpu doctor' says why)",))
+    if not plan.gpus and seen and machine.nvml_error and config.devices.visible_gpus == "all":
+        plan = make_plan(config, dataclasses.replace(machine, gpus=seen))
+        return dataclasses.replace(plan, warnings=plan.warnings + (
+            f"NVML could not be read ({machine.nvml_error}) but {backend} sees {len(seen)} GPU(s); planned "
+            "for those, without their memory totals",))
+    return plan
 
 
 def apply_plan(plan: Plan, tf_was_imported: Optional[bool] = None, start: bool = True) -> Applied:

@@ -15,7 +15,6 @@ https://docs.jax.dev/en/latest/gpu_memory_allocation.html
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 import os
 import sys
@@ -93,7 +92,7 @@ def apply_jax_config(config: Any, machine: Probe, start: bool = True) -> tuple[P
 
     Environment: sets the plan's variables (``docs/jax.md`` lists them).
     """
-    from ..apply import Applied, set_environment  # noqa: PLC0415
+    from ..apply import Applied, reconcile, set_environment  # noqa: PLC0415
 
     plan = make_plan(config, machine)
     conflicts = _conflicts(plan)
@@ -108,21 +107,9 @@ def apply_jax_config(config: Any, machine: Probe, start: bool = True) -> tuple[P
     import keras  # noqa: PLC0415
 
     seen = tuple(keras.distribution.list_devices())
-    gpus_seen = [d for d in seen if d.startswith("gpu:")]
-    if plan.gpus and not gpus_seen:
-        why = (f"NVML lists {len(machine.gpus)} GPU(s) but JAX sees none (jaxlib without its CUDA plugin: "
-               "pip install -U 'jax[cuda12]')")
-        try:
-            plan = make_plan(config, dataclasses.replace(machine, gpus=()))
-        except DeviceError as exc:
-            raise DeviceError(f"{why}, so {exc.message}", "run 'tfgpu doctor' to find out why.") from None
-        plan = dataclasses.replace(plan, warnings=plan.warnings + (f"{why}; running on the CPU",))
-    elif not plan.gpus and gpus_seen and machine.nvml_error and config.devices.visible_gpus == "all":
-        plan = make_plan(config, dataclasses.replace(machine, gpus=tuple(GpuInfo(i, "GPU") for i in
-                                                                         range(len(gpus_seen)))))
-        plan = dataclasses.replace(plan, warnings=plan.warnings + (
-            f"NVML could not be read ({machine.nvml_error}) but JAX sees {len(gpus_seen)} GPU(s); planned for "
-            "those, without their memory totals",))
+    gpus_seen = tuple(GpuInfo(i, d.device_kind) for i, d in enumerate(jax.devices()) if d.platform == "gpu")
+    plan = reconcile(config, machine, plan, gpus_seen, "JAX",
+                     "jaxlib without its CUDA plugin: pip install -U 'jax[cuda12]'")
     if not set(plan.logical_devices) <= set(seen):
         raise DeviceError(
             f"JAX's devices are {', '.join(seen)}, but the plan expected {', '.join(plan.logical_devices)}.",
