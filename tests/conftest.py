@@ -43,7 +43,7 @@ def one_paragraph(text: str) -> None:
     """A message a user can read at once: not empty, no blank line, no traceback."""
     assert text.strip(), "empty message"
     assert "\n\n" not in text.strip(), f"more than one paragraph:\n{text}"
-    assert "Traceback" not in text, text
+    assert "Traceback (most recent call last)" not in text, text
 
 
 def only_run_dir(parent: Path) -> Path:
