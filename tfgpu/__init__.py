@@ -10,6 +10,8 @@ Importing this package does not import TensorFlow. Public API:
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 from typing import Any, Optional, Union
 
 from .config import Config, load_config
@@ -59,6 +61,13 @@ class Setup:
         global_batch_size: per-replica batch x replicas (samples per step).
         cluster: the multi-worker :class:`~tfgpu.cluster.Cluster`, or ``None``.
         is_chief: whether this process writes outputs (``True`` on one machine).
+        startup_log: TensorFlow's start-up lines while the settings were
+            applied, each with whether it was shown
+            (:class:`tfgpu.startup_log.StartupLog`; ``.held`` is the text held
+            back below ``tensorflow.log_level``).
+        startup_log_file: the file holding the held-back lines
+            (``<temp dir>/tfgpu-startup-<pid>.log``; ``RUN_DIR/startup.log``
+            for ``tfgpu run``), or ``None`` when nothing was held back.
 
     ``tfgpu launch`` applies a configuration without starting TensorFlow's
     context (the script may build its own strategy): there, ``strategy`` and
@@ -68,12 +77,15 @@ class Setup:
     """
 
     def __init__(self, config: Config, plan: Any, physical_devices: tuple[str, ...],
-                 logical_devices: Optional[tuple[str, ...]] = None, strategy: Any = None) -> None:
+                 logical_devices: Optional[tuple[str, ...]] = None, strategy: Any = None,
+                 startup_log: Any = None) -> None:
         self.config = config
         self.plan = plan
         self.physical_devices = physical_devices
         self._logical_devices = logical_devices
         self._strategy = strategy
+        self.startup_log = startup_log
+        self.startup_log_file: Optional[Path] = None
 
     @property
     def backend(self) -> str:
@@ -178,17 +190,27 @@ def setup(config: Union[str, "os.PathLike[str]", dict, Config, None] = None, **s
     With ``backend: jax`` the same fields describe Keras on JAX (see
     :class:`Setup`); ``docs/jax.md`` lists the JAX variables set.
 
+    TensorFlow's start-up lines below ``tensorflow.log_level`` (which it
+    prints before its logging is set up, whatever ``TF_CPP_MIN_LOG_LEVEL``
+    says) are held back while the settings are applied and written to
+    ``Setup.startup_log_file`` (:mod:`tfgpu.startup_log`); fd 2 is restored
+    before this returns.
+
     Environment: ``TFGPU_CONFIG`` (config path when none is given);
+    ``TFGPU_LOG_FILTER=0`` (do not hold start-up lines back);
     ``CUDA_VISIBLE_DEVICES`` (respected: indices count the GPUs it lets through);
     ``TF_CONFIG`` and ``SLURM_*`` (the cluster, for ``multi_worker_mirrored``).
     """
     return _setup(config, start=True, **sections)
 
 
-def _setup(config: Any = None, start: bool = True, **sections: Any) -> Setup:
-    """:func:`setup`; ``start=False`` leaves TensorFlow's context unstarted (``tfgpu launch``'s bootstrap)."""
+def _setup(config: Any = None, start: bool = True, keep_log: bool = True, **sections: Any) -> Setup:
+    """:func:`setup`; ``start=False`` leaves TensorFlow's context unstarted (``tfgpu launch``'s bootstrap);
+    ``keep_log=False`` leaves the held-back start-up lines to the caller (``tfgpu run`` writes them into the run
+    directory)."""
     global _applied
     from .probe import probe  # noqa: PLC0415
+    from .startup_log import default_file, gpus_hidden, hold_back, level_in_force, write_held  # noqa: PLC0415
 
     cfg = load_config(config, **sections)
     if _applied is not None and _applied[0] == cfg:
@@ -197,8 +219,20 @@ def _setup(config: Any = None, start: bool = True, **sections: Any) -> Setup:
         from .backends.jax_apply import apply_jax_config as apply_config  # noqa: PLC0415
     else:
         from .apply import apply_config  # noqa: PLC0415
-    plan, applied = apply_config(cfg, probe(), start=start)
-    result = Setup(cfg, plan, applied.physical_devices, applied.logical_devices, applied.strategy)
+    machine = probe()
+    tfc = cfg.tensorflow
+    level = level_in_force(tfc.log_level, "log_level" in tfc.model_fields_set, cfg.devices.log_device_placement)
+    with hold_back(level, cfg.devices.visible_gpus == "none" or gpus_hidden()) as log:
+        plan, applied = apply_config(cfg, machine, start=start)
+    note = log.note()
+    if note:
+        print(note, file=sys.stderr, flush=True)
+    result = Setup(cfg, plan, applied.physical_devices, applied.logical_devices, applied.strategy, log)
+    if keep_log:
+        try:
+            result.startup_log_file = write_held(log, default_file())
+        except OSError:  # a full or read-only temp dir: the lines were only TensorFlow's start-up notices
+            result.startup_log_file = None
     _applied = (cfg, result)
     return result
 

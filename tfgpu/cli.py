@@ -294,9 +294,12 @@ def devices(recipe: str | None, overrides: tuple[str, ...], as_json: bool, no_te
               help="Diagnose the facts in FILE (from 'tfgpu doctor --json' or 'tfgpu devices --json') "
                    "instead of this machine.")
 @click.option("--no-tensorflow", is_flag=True, help="Do not start TensorFlow (skips the TensorFlow checks).")
+@click.option("--log", "show_log", is_flag=True,
+              help="Also print TensorFlow's start-up log, each line with whether 'tfgpu run' shows it at the "
+                   "config's tensorflow.log_level and why it is harmless where that is known.")
 @handle_errors
 def doctor(recipe: str | None, overrides: tuple[str, ...], as_json: bool, quiet: bool, strict: bool,
-           facts_file: str | None, no_tensorflow: bool) -> None:
+           facts_file: str | None, no_tensorflow: bool, show_log: bool) -> None:
     """Find out why TensorFlow does not see or use the GPU, and how to fix it.
 
     Checks the platform, the NVIDIA driver and NVML, CUDA_VISIBLE_DEVICES, the
@@ -306,11 +309,12 @@ def doctor(recipe: str | None, overrides: tuple[str, ...], as_json: bool, quiet:
     defaults) against the GPUs. With backend: jax it also starts JAX (a child
     process) and checks jax, jaxlib, the CUDA plugin and JAX's devices;
     TensorFlow's GPU checks then stay silent (it only reads data), and so does
-    a TensorFlow that is not installed.
+    a TensorFlow that is not installed. It names TensorFlow's start-up errors
+    that are known to be harmless (--log: every start-up line, explained).
     Exits 9 when it finds an error.
     """
     from .config import load_config  # noqa: PLC0415
-    from .doctor import Finding, diagnose, report  # noqa: PLC0415
+    from .doctor import Finding, describe_startup_log, diagnose, report, startup_lines  # noqa: PLC0415
     from .errors import ConfigError  # noqa: PLC0415
     from .probe import gather_facts, load_facts  # noqa: PLC0415
 
@@ -327,12 +331,17 @@ def doctor(recipe: str | None, overrides: tuple[str, ...], as_json: bool, quiet:
     errors = sum(f.level == "error" for f in findings)
     warnings = sum(f.level == "warning" for f in findings)
     if as_json:
-        click.echo(json.dumps({"errors": errors, "warnings": warnings, "findings": [f.to_dict() for f in findings],
-                               "facts": facts.to_dict()}, indent=2, default=str))
+        data = {"errors": errors, "warnings": warnings, "findings": [f.to_dict() for f in findings],
+                "facts": facts.to_dict()}
+        if show_log:
+            data["startup_log"] = startup_lines(facts, config)
+        click.echo(json.dumps(data, indent=2, default=str))
     else:
         text = report(findings, quiet=quiet)
         if text:
             click.echo(text)
+        if show_log:
+            click.echo(describe_startup_log(facts, config))
     if errors or (strict and warnings):
         sys.exit(9)
 

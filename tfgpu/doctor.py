@@ -25,6 +25,7 @@ from .config.schema import NEEDS_TENSORFLOW
 from .errors import TfgpuError
 from .probe import JAX_CUDA_PLUGINS, TENSORFLOW_PACKAGES, Facts, GpuInfo, JaxFacts, Library, cuda_choice, \
     tensorflow_installed
+from .startup_log import gpus_hidden, level_in_force, message, severity, why_harmless
 
 #: What the TensorFlow pip wheel for Linux is built for, when TensorFlow itself
 #: could not be asked (``tf.sysconfig.get_build_info()`` of 2.21.0).
@@ -642,6 +643,95 @@ def check_jax(facts: Facts, config: Optional[Config]) -> list[Finding]:
     return out
 
 
+_SEVERITY_NAMES = ("INFO", "WARNING", "ERROR", "FATAL")
+
+
+def startup_lines(facts: Facts, config: Optional[Config]) -> list[dict[str, Any]]:
+    """TensorFlow's start-up log (the doctor's TensorFlow child, which holds nothing back), line by line.
+
+    Each: ``line``, ``severity`` (``INFO``..``FATAL``), ``shown`` (whether
+    ``tfgpu run`` shows it at the config's ``tensorflow.log_level``), and
+    ``harmless`` (why it is known to be harmless, or ``None``). Lines that are
+    not TensorFlow's (Abseil/glog format) are left out.
+    """
+    tf = facts.tensorflow
+    if tf is None or not tf.log:
+        return []
+    level = _log_level(facts, config)
+    hidden = gpus_hidden(facts.machine.env) or (config is not None and config.devices.visible_gpus == "none")
+    raw = tf.log.splitlines()
+    rows = []
+    for line in raw:
+        sev = severity(line.encode("utf-8", "surrogateescape"))
+        if sev is None:
+            continue
+        entry = why_harmless(line, raw, hidden)
+        rows.append({"line": line, "severity": _SEVERITY_NAMES[sev], "shown": sev >= level,
+                     "harmless": entry.why if entry else None, "harmless_name": entry.name if entry else None})
+    return rows
+
+
+def _log_level(facts: Facts, config: Optional[Config]) -> int:
+    if config is None:
+        return level_in_force(2, False, env=facts.machine.env)
+    tfc = config.tensorflow
+    return level_in_force(tfc.log_level, "log_level" in tfc.model_fields_set, config.devices.log_device_placement,
+                          env=facts.machine.env)
+
+
+def check_startup_log(facts: Facts, config: Optional[Config]) -> list[Finding]:
+    """TensorFlow's start-up lines: what ``tensorflow.log_level`` holds back, the errors known to be harmless
+    (named, with why), and any other error (a warning: it may be why the GPU is not used)."""
+    if _tf_not_needed(facts, config):
+        return []
+    rows = startup_lines(facts, config)
+    if not rows:
+        return []
+    level = _log_level(facts, config)
+    held = sum(not r["shown"] for r in rows)
+    counts = ", ".join(f"{sum(r['severity'] == name for r in rows)} {name}" for name in _SEVERITY_NAMES
+                       if any(r["severity"] == name for r in rows))
+    seen = (f"TensorFlow printed {len(rows)} start-up line(s) ({counts}); at tensorflow.log_level {level} 'tfgpu run' "
+            f"holds back {held} (kept in RUN_DIR/startup.log) and shows {len(rows) - held}")
+    errors = [r for r in rows if r["severity"] in ("ERROR", "FATAL")]
+    known = {}
+    for r in errors:
+        if r["harmless"]:
+            known.setdefault(r["harmless_name"], r["harmless"])
+    if known:
+        seen += "; errors known to be harmless: " + "; ".join(f"{name} ({why})" for name, why in known.items())
+    unknown = [r for r in errors if not r["harmless"]]
+    if unknown:
+        texts = []
+        for r in unknown:
+            text = message(r["line"]).strip()
+            if text not in texts:
+                texts.append(text)
+        return [Finding("startup-log", "warning", "TensorFlow's start-up log",
+                        f"{seen}; error(s) tfgpu does not know to be harmless: " + " | ".join(texts[:4]),
+                        "read them with 'tfgpu doctor --log' (each start-up line, explained where known); "
+                        "an error here is often why TensorFlow does not use the GPU.")]
+    return [Finding("startup-log", "ok", "TensorFlow's start-up log", seen + " ('tfgpu doctor --log' shows them)")]
+
+
+def describe_startup_log(facts: Facts, config: Optional[Config]) -> str:
+    """``tfgpu doctor --log``: every start-up line with whether ``tfgpu run`` shows it, and why it is harmless."""
+    rows = startup_lines(facts, config)
+    tf = facts.tensorflow
+    if tf is None:
+        return "TensorFlow's start-up log: TensorFlow was not started (--no-tensorflow, or backend: jax without it)."
+    level = _log_level(facts, config)
+    lines = [f"TensorFlow's start-up log ({len(rows)} line(s) from a fresh TensorFlow started by tfgpu doctor; "
+             f"'tfgpu run' shows those at or above tensorflow.log_level {level}):"]
+    for r in rows:
+        lines.append(f"  [{'shown' if r['shown'] else 'held back'}] {r['line']}")
+        if r["harmless"]:
+            lines.append(f"      harmless: {r['harmless']}")
+    if not rows:
+        lines.append("  (none)")
+    return "\n".join(lines)
+
+
 def check_memory_in_use(facts: Facts, config: Optional[Config]) -> list[Finding]:
     """GPUs whose memory other processes already hold."""
     out = []
@@ -687,6 +777,7 @@ CHECKS: tuple[Callable[[Facts, Optional[Config]], list[Finding]], ...] = (
     check_driver_cuda,
     check_compute_capability,
     check_tensorflow_sees_gpus,
+    check_startup_log,
     check_jax,
     check_memory_in_use,
     check_config,

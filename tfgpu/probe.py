@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from .cluster import SLURM_ENV
+from .startup_log import FILTER_ENV
 
 #: Environment variables that change what TensorFlow sees or does; recorded by the probe.
 RELEVANT_ENV = (
@@ -611,6 +612,7 @@ def probe_tensorflow(config: Optional[dict[str, Any]] = None, logical: bool = Tr
     """
     env = dict(os.environ)
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "0")  # the start-up log is evidence for the doctor
+    env[FILTER_ENV] = "0"  # a config's tfgpu.setup() in the child holds nothing back: its stderr is the log
     return _child_facts("tfgpu._tfprobe", {"config": config, "logical": logical}, env, timeout, TensorflowFacts,
                         "TensorFlow", "a crash while importing TensorFlow, e.g. an illegal instruction on a CPU "
                         "without AVX")
@@ -672,6 +674,7 @@ def probe_jax(config: Optional[dict[str, Any]] = None, timeout: float = 240.0) -
     """
     env = dict(os.environ)
     env["KERAS_BACKEND"] = "jax"
+    env[FILTER_ENV] = "0"
     return _child_facts("tfgpu._jaxprobe", {"config": config}, env, timeout, JaxFacts, "JAX",
                         "a crash while starting JAX, e.g. a jaxlib built for a newer CPU, or a CUDA plugin that "
                         "does not match jaxlib")
