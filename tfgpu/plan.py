@@ -15,219 +15,30 @@ initialise), then the CPU split, then settings that may change at any time
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
-from .cluster import Cluster, expand_tasks_per_node, resolve_cluster
+from .backends.jax_plan import make_jax_plan
+from .cluster import expand_tasks_per_node, resolve_cluster
 from .config import Config, normalise_device
 from .errors import ConfigError, DeviceError
+from .planning import (ENV_ORDER, Plan, StrategyPlan, TfCall, assemble, keras_calls, memory_caps, mig_warning,
+                       visible_gpus)
 from .probe import GpuInfo, Probe
 
-#: Keys of :attr:`Plan.env`, in the order they are set.
-ENV_ORDER = ("TF_CPP_MIN_LOG_LEVEL", "TF_ENABLE_ONEDNN_OPTS", "KERAS_BACKEND", "CUDA_DEVICE_ORDER", "CUDA_VISIBLE_DEVICES", "TF_GPU_ALLOCATOR")
+__all__ = ["ENV_ORDER", "Plan", "StrategyPlan", "TfCall", "assemble", "keras_calls", "make_plan", "mig_warning",
+           "resolve_jit"]
 
 
-@dataclass(frozen=True)
-class TfCall:
-    """One TensorFlow/Keras configuration call.
-
-    Attributes:
-        api: the public API, e.g. ``"tf.config.experimental.set_memory_growth"``.
-        device: the physical device it applies to (``"GPU:0"``, ``"CPU:0"``) or ``None``.
-        value: the argument (bool, int, str, or a list of logical-device memory
-            limits in MiB where ``None`` means no limit).
-        setting: the config key it comes from, e.g. ``"devices.memory_growth"``.
-    """
-
-    api: str
-    device: Optional[str]
-    value: Any
-    setting: str
-
-    def __str__(self) -> str:
-        value = self.value
-        if self.api.endswith("set_logical_device_configuration"):
-            value = "[" + ", ".join(
-                "LogicalDeviceConfiguration()" if v is None else f"LogicalDeviceConfiguration(memory_limit={v})"
-                for v in self.value
-            ) + "]"
-        elif self.api == "keras.distribution.set_distribution":
-            value = f"keras.distribution.DataParallel(devices={self.value!r})"
-        elif isinstance(value, str):
-            value = repr(value)
-        args = [a for a in (self.device and f"<{self.device}>", value if value is not None else None) if a is not None]
-        return f"{self.api}({', '.join(str(a) for a in args)})"
 
 
-@dataclass(frozen=True)
-class StrategyPlan:
-    """Which ``tf.distribute`` strategy to build.
-
-    Attributes:
-        kind: ``"mirrored"``, ``"one_device"``, ``"multi_worker_mirrored"`` or ``"default"``;
-            with ``backend: jax``: ``"data_parallel"`` (``keras.distribution.DataParallel``),
-            ``"single_device"`` or ``"default"``.
-        devices: logical device names, e.g. ``("/gpu:0", "/gpu:1")`` (this
-            worker's, for ``multi_worker_mirrored``); JAX devices as Keras
-            names them (``"gpu:0"``, ``"cpu:1"``) with ``backend: jax``.
-        cross_device_ops: ``"nccl"``, ``"hierarchical_copy"``,
-            ``"reduce_to_one_device"``, or ``None`` (a single device); for
-            ``multi_worker_mirrored`` the collective implementation:
-            ``"auto"``, ``"ring"`` or ``"nccl"``.
-        cluster: the workers (``multi_worker_mirrored`` only), else ``None``.
-    """
-
-    kind: str
-    devices: tuple[str, ...]
-    cross_device_ops: Optional[str]
-    cluster: Optional[Cluster] = None
 
 
-@dataclass(frozen=True)
-class Plan:
-    """Everything :func:`tfgpu.setup` and ``tfgpu run`` will do, as data.
-
-    Attributes:
-        env: environment variables to set before ``import tensorflow``.
-        tf_calls: configuration calls, in order.
-        gpus: the physical GPUs TensorFlow will see, numbered as it will number them.
-        logical_devices: the logical devices the strategy can use.
-        strategy: the strategy to build.
-        num_replicas: replicas in sync over all workers (devices per worker x workers).
-        batch_size_per_replica: samples per replica per step.
-        global_batch_size: ``batch_size_per_replica * num_replicas`` samples per step.
-        lr_scaling: ``"none"``, ``"linear"`` or ``"sqrt"``.
-        lr_scale: the factor the optimizer's learning rate is multiplied by.
-        jit_compile: whether each replica's training step is compiled with
-            XLA (``tensorflow.jit_compile``, ``auto`` resolved by :func:`resolve_jit`).
-        jit_compile_reason: why, in words (also written to ``summary.json``).
-        mixed_precision: the Keras dtype policy name.
-        warnings: things that work but are probably not what was meant.
-        backend: the Keras backend, ``"tensorflow"`` or ``"jax"``; on ``jax``,
-            ``tf_calls`` are Keras calls and ``env`` holds JAX's variables.
-        env_settings: for each variable of ``env``, the config key it comes
-            from (filled by the JAX plan; ``tfgpu plan`` prints it beside it).
-    """
-
-    env: dict[str, str]
-    tf_calls: tuple[TfCall, ...]
-    gpus: tuple[GpuInfo, ...]
-    logical_devices: tuple[str, ...]
-    strategy: StrategyPlan
-    num_replicas: int
-    batch_size_per_replica: int
-    global_batch_size: int
-    lr_scaling: str
-    lr_scale: float
-    jit_compile: bool
-    jit_compile_reason: str
-    mixed_precision: str
-    warnings: tuple[str, ...] = field(default=())
-    backend: str = "tensorflow"
-    env_settings: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def cluster(self) -> Optional[Cluster]:
-        """The multi-worker cluster, or ``None`` on one machine."""
-        return self.strategy.cluster
-
-    @property
-    def num_workers(self) -> int:
-        """Worker processes that train together (1 without a cluster)."""
-        return self.cluster.num_workers if self.cluster else 1
-
-    def to_dict(self) -> dict[str, Any]:
-        """The plan as JSON-ready data (``tf_calls`` also as text)."""
-        data = asdict(self)
-        data["tf_calls_text"] = [str(c) for c in self.tf_calls]
-        if self.cluster:
-            data["strategy"]["cluster"] = self.cluster.to_dict()
-        return data
-
-    def describe(self) -> str:
-        """The plan as the lines ``tfgpu plan`` prints."""
-        jax = self.backend == "jax"
-        lines = [f"Backend: {self.backend} (KERAS_BACKEND={self.backend})"]
-        lines.append("Environment (set before Keras and JAX are imported):" if jax
-                     else "Environment (set before TensorFlow is imported):")
-        lines += [f"  {k}={v}" + (f"    # {self.env_settings[k]}" if k in self.env_settings else "")
-                  for k, v in self.env.items()] or ["  (nothing to set)"]
-        lines.append("Keras calls (in order, before the model is built):" if jax
-                     else "TensorFlow calls (in order, before devices initialise):")
-        lines += [f"  {i}. {c}    # {c.setting}" for i, c in enumerate(self.tf_calls, 1)] or ["  (none)"]
-        gpus = ", ".join(f"GPU:{g.index} {g.label()}" for g in self.gpus)
-        lines.append(f"Physical GPUs: {gpus or 'none (CPU only)'}")
-        lines.append(f"{'JAX devices' if jax else 'Logical devices'}: {', '.join(self.logical_devices)}")
-        s = self.strategy
-        if jax:
-            lines.append(
-                f"Data parallel: keras.distribution.DataParallel over {', '.join(s.devices)} (each global batch "
-                "split along its first axis)" if s.kind == "data_parallel" else
-                f"Single device: {s.devices[0]} (no keras.distribution)" if s.devices else
-                "No distribution: JAX's default device (strategy: default)")
-            replicas = str(self.num_replicas)
-        elif s.cluster:
-            lines.append(f"Strategy: {s.kind} on {', '.join(s.devices)} of each worker, collectives "
-                         f"{s.cross_device_ops}")
-            lines.append(f"Cluster: {s.cluster.describe()}")
-            replicas = f"{len(s.devices)} per worker x {s.cluster.num_workers} workers = {self.num_replicas}"
-        else:
-            ops = f", cross-device ops {s.cross_device_ops}" if s.cross_device_ops else ""
-            lines.append(f"Strategy: {s.kind} on {', '.join(s.devices) or 'the default device'}{ops}")
-            replicas = str(self.num_replicas)
-        lines.append(
-            f"Replicas: {replicas}; batch: {self.batch_size_per_replica} per replica x "
-            f"{self.num_replicas} = {self.global_batch_size} global"
-        )
-        if self.lr_scaling != "none":
-            lines.append(f"Learning rate: x{self.lr_scale:g} ({self.lr_scaling} scaling)")
-        lines.append(f"XLA: {'on' if self.jit_compile else 'off'} ({self.jit_compile_reason}); "
-                     f"precision: {self.mixed_precision}")
-        for w in self.warnings:
-            lines.append(f"Warning: {w}")
-        return "\n".join(lines)
 
 
-def _visible(config: Config, probe: Probe) -> list[GpuInfo]:
-    request = config.devices.visible_gpus
-    if request == "all":
-        return list(probe.gpus)
-    if request == "none":
-        return []
-    count = len(probe.gpus)
-    for i in request:
-        if i >= count:
-            have = f"{count} GPU{'s' if count != 1 else ''}" + (
-                f" (indices 0-{count - 1})" if count > 1 else " (index 0)" if count == 1 else ""
-            )
-            why = f" NVML says: {probe.nvml_error}." if probe.nvml_error and not count else ""
-            raise DeviceError(
-                f"devices.visible_gpus: GPU index {i} was requested (received {list(request)}), but this "
-                f"process can see {have}.{why}",
-                "use indices below the GPU count, 'all', or 'none' for CPU only; 'tfgpu plan' "
-                "shows the GPUs found.",
-            )
-    return [probe.gpus[i] for i in request]
 
 
-def _caps(config: Config, gpus: list[GpuInfo]) -> list[tuple[str, Any]]:
-    """``(key, cap)`` per visible GPU from ``memory_limit_mib`` / ``memory_fraction`` (a value or a list)."""
-    dev = config.devices
-    key, value = (("devices.memory_fraction", dev.memory_fraction) if dev.memory_fraction is not None
-                  else ("devices.memory_limit_mib", dev.memory_limit_mib))
-    if not isinstance(value, list):
-        return [(key, value)] * len(gpus)
-    if len(value) != len(gpus):
-        listed = ", ".join(f"GPU:{i} {g.label()}" for i, g in enumerate(gpus)) or "none"
-        raise DeviceError(
-            f"{key}: {len(value)} per-GPU values were given (received {value}) but {len(gpus)} GPU(s) will be "
-            f"visible: {listed}.",
-            "give one value per visible GPU, in that order (devices.visible_gpus chooses them), or a single "
-            "value for every GPU.",
-        )
-    return [(key, v) for v in value]
+
 
 
 def _memory_calls(config: Config, gpus: list[GpuInfo], warnings: list[str]) -> list[TfCall]:
@@ -253,7 +64,7 @@ def _memory_calls(config: Config, gpus: list[GpuInfo], warnings: list[str]) -> l
                 + " has nothing to apply to"
             )
         return calls
-    caps = _caps(config, gpus) if limited else [("", None)] * len(gpus)
+    caps = memory_caps(config, gpus) if limited else [("", None)] * len(gpus)
     for new_index, (gpu, (key, cap)) in enumerate(zip(gpus, caps)):
         target = f"GPU:{new_index}"
         if limited:
@@ -439,21 +250,6 @@ def _multi_worker(config: Config, logical: tuple[str, ...], gpu_count: int, prob
     return StrategyPlan("multi_worker_mirrored", devices, communication, cluster)
 
 
-def mig_warning(probe: Probe, gpus: list[GpuInfo]) -> Optional[str]:
-    """The plan's warning about MIG instances this process cannot use (a CUDA process enumerates one MIG
-    instance only), or ``None``; ``tfgpu doctor`` reports them in its own MIG check instead."""
-    hidden = probe.mig_hidden
-    if not hidden:
-        return None
-    using = next((g for g in gpus if g.is_mig), None)
-    return (
-        f"{len(hidden) + 1} MIG instances are available but a CUDA process can use only one MIG instance "
-        f"(NVIDIA's MIG user guide): this process "
-        + (f"uses {using.uuid} ({using.name}) and " if using else "")
-        + f"cannot see {', '.join(h.uuid for h in hidden)}; to train on several instances run one worker per "
-        "instance, each with CUDA_VISIBLE_DEVICES=MIG-<uuid> (nvidia-smi -L lists them) under "
-        "multi_worker_mirrored"
-    )
 
 
 # Measured on the seed CNN's training step (`python benchmarks/floor.py --jit` against
@@ -505,13 +301,11 @@ def make_plan(config: Config, probe: Probe) -> Plan:
             known total, a strategy device that will not exist.
     """
     if config.backend == "jax":
-        from .backends.jax_plan import make_jax_plan  # noqa: PLC0415 - it imports this module
-
         return make_jax_plan(config, probe)
     warnings: list[str] = []
     dev = config.devices
     tfc = config.tensorflow
-    gpus = _visible(config, probe)
+    gpus = visible_gpus(config, probe)
 
     env: dict[str, str] = {}
     if "log_level" in tfc.model_fields_set:
@@ -585,41 +379,5 @@ def make_plan(config: Config, probe: Probe) -> Plan:
                     jit, warnings)
 
 
-def keras_calls(config: Config, on_gpus: bool, warnings: list[str]) -> list[TfCall]:
-    """The Keras calls both backends make: the seed (``keras.utils.set_random_seed``) and the dtype policy
-    (``keras.mixed_precision.set_global_policy``)."""
-    tfc = config.tensorflow
-    calls = []
-    if tfc.seed is not None:
-        calls.append(TfCall("keras.utils.set_random_seed", None, tfc.seed, "tensorflow.seed"))
-    calls.append(TfCall("keras.mixed_precision.set_global_policy", None, tfc.mixed_precision,
-                        "tensorflow.mixed_precision"))
-    if tfc.mixed_precision == "mixed_float16" and not on_gpus:
-        warnings.append("mixed_float16 on CPU is slow (CPUs compute float16 in software); use float32 or mixed_bfloat16")
-    return calls
 
 
-def assemble(config: Config, env: dict[str, str], calls: list[TfCall], gpus: list[GpuInfo],
-             logical: tuple[str, ...], strategy: StrategyPlan, replicas: int, jit: tuple[bool, str],
-             warnings: list[str], **extra: Any) -> Plan:
-    """The :class:`Plan` of a backend's parts: the batch sizes and learning-rate scale follow from
-    ``replicas``; GPUs are renumbered as the process will see them; ``extra``: ``backend``, ``env_settings``."""
-    per_replica = config.train.batch_size_per_replica
-    scale = {"none": 1.0, "linear": float(replicas), "sqrt": math.sqrt(replicas)}[config.train.lr_scaling]
-    return Plan(
-        env=env,
-        tf_calls=tuple(calls),
-        gpus=tuple(dataclasses.replace(g, index=i) for i, g in enumerate(gpus)),
-        logical_devices=logical,
-        strategy=strategy,
-        num_replicas=replicas,
-        batch_size_per_replica=per_replica,
-        global_batch_size=per_replica * replicas,
-        lr_scaling=config.train.lr_scaling,
-        lr_scale=scale,
-        jit_compile=jit[0],
-        jit_compile_reason=jit[1],
-        mixed_precision=config.tensorflow.mixed_precision,
-        warnings=tuple(warnings),
-        **extra,
-    )

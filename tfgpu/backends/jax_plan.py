@@ -18,7 +18,7 @@ from typing import Callable, Optional
 
 from ..config import Config, normalise_device
 from ..errors import DeviceError
-from ..plan import Plan, StrategyPlan, TfCall, _caps, _visible, assemble, keras_calls, mig_warning
+from ..planning import Plan, StrategyPlan, TfCall, assemble, keras_calls, memory_caps, mig_warning, visible_gpus
 from ..probe import GpuInfo, Probe
 
 #: Keys of a JAX plan's environment, in the order they are set.
@@ -49,7 +49,7 @@ def _flag(flags: list[str], name: str) -> Optional[str]:
 def _fraction(config: Config, gpus: list[GpuInfo], warnings: list[str]) -> tuple[str, float]:
     """``(config key, the one memory fraction JAX takes for every GPU)`` from a limit or fraction (or their lists)."""
     fractions = []
-    caps = _caps(config, gpus)
+    caps = memory_caps(config, gpus)
     key = caps[0][0]
     for i, (gpu, (_, cap)) in enumerate(zip(gpus, caps)):
         if gpu.total_mib is None:
@@ -155,7 +155,7 @@ def make_jax_plan(config: Config, probe: Probe) -> Plan:
                         f"its CPU devices, not the {len(probe.gpus)} GPU(s) NVML lists; unset JAX_PLATFORMS to "
                         "train on them")
         probe = dataclasses.replace(probe, gpus=())
-    gpus = _visible(config, probe)
+    gpus = visible_gpus(config, probe)
     put("KERAS_BACKEND", "jax", "backend")
     if "log_level" in tfc.model_fields_set or "TF_CPP_MIN_LOG_LEVEL" not in probe.env:
         put("TF_CPP_MIN_LOG_LEVEL", str(tfc.log_level), "tensorflow.log_level")  # jaxlib's and XLA's C++ logs too
