@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from tfgpu.runner import AUTO_STEPS_PER_EXECUTION, resolve_steps_per_execution
+from tfgpu.trainer import AUTO_STEPS_PER_EXECUTION, resolve_steps_per_execution
 
 from .conftest import ROOT, child_env
 

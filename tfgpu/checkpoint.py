@@ -42,16 +42,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
+import math
+import os
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 from .errors import OutputError, Preempted
-from .results import write_json
+from .results import ensure_room, remove_quietly, write_json
 
 CHECKPOINT_DIR = "checkpoint"
 STATE_FILE = "state.json"
@@ -67,6 +69,57 @@ def _sha256(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+#: Room an HDF5 save needs beyond its arrays' bytes (its metadata, with a margin), for :func:`saved_bytes` checks.
+HDF5_MARGIN = 1 << 20
+
+
+def saved_bytes(model: Any) -> int:
+    """Bytes of the arrays a Keras save writes: the model's weights and its optimizer's variables (no file overhead)."""
+    import numpy as np  # noqa: PLC0415
+
+    variables = list(model.weights)
+    optimizer = getattr(model, "optimizer", None)
+    if optimizer is not None:
+        variables += list(getattr(optimizer, "variables", []))
+    total = 0
+    for v in variables:
+        try:
+            total += math.prod(int(d) for d in v.shape) * np.dtype(str(v.dtype)).itemsize
+        except (TypeError, ValueError):
+            total += math.prod(int(d) for d in v.shape) * 4
+    return total
+
+
+def close_hdf5_files(directory: Path) -> None:
+    """Empty and close every HDF5 file h5py still holds open in ``directory`` (after a failed Keras save).
+
+    A ``save_weights`` that fails part-way (a full disk) leaves its h5py file
+    open with data HDF5 could not write; HDF5 retries when the file is closed
+    (or when the process exits, where it was seen to crash with SIGSEGV).
+    Truncating the file first frees its space, so the close succeeds; the
+    caller then deletes it. Does nothing when h5py was never imported.
+    """
+    h5py = sys.modules.get("h5py")
+    if h5py is None:
+        return
+    try:
+        open_files = h5py.h5f.get_obj_ids(types=h5py.h5f.OBJ_FILE)
+    except Exception:  # noqa: BLE001 - h5py's internals: nothing more can be done
+        return
+    for fid in open_files:
+        try:
+            name = Path(os.fsdecode(fid.name))
+            if name.parent.resolve() != directory.resolve():
+                continue
+            os.truncate(name, 0)
+            for _ in range(8):  # one close per reference the failed save left
+                if not fid.valid:
+                    break
+                fid.close()
+        except Exception:  # noqa: BLE001
+            continue
 
 
 def read_json(path: Path) -> Optional[dict[str, Any]]:
@@ -108,17 +161,48 @@ class FitFiles:
 
         self.model = model
         self.directory = directory
+        #: SHA-256 of the last committed weights in ``directory`` (``None``: none yet).
+        self.committed: Optional[str] = None
         # tfgpu decides when to save and restores itself (see the module's docstring).
         self.backup = keras.callbacks.BackupAndRestore(str(directory), save_freq="epoch", double_checkpoint=True,
                                                        delete_checkpoint=False)
         self.backup.set_model(model)
 
     def save(self, epoch: int, step: int, global_step: int) -> dict[str, Any]:
-        """Save; returns what ``state.json`` records of the files."""
+        """Save; returns what ``state.json`` records of the files.
+
+        A save that fails (a full disk: h5py's ``OSError``) leaves no partial
+        file: the HDF5 file being written is emptied and closed (HDF5 would
+        otherwise try to flush it again when the process exits, and crash), and
+        each weights file that is not the last committed checkpoint is deleted.
+        """
         # BackupAndRestore saves in on_epoch_end(e), recording e + 1 as the epoch Keras would
         # restart at: the epoch being trained (``epoch``), whether it has begun or not.
-        self.backup.on_epoch_end(epoch - 1)
-        return {"weights": _FIT_WEIGHTS, "sha256": _sha256(self.directory / _FIT_WEIGHTS)}
+        latest = self.directory / _FIT_WEIGHTS
+        try:
+            size = latest.stat().st_size
+        except OSError:
+            size = saved_bytes(self.model)
+        ensure_room(latest, size + HDF5_MARGIN)  # an HDF5 file that runs out of space crashes when closed
+        try:
+            self.backup.on_epoch_end(epoch - 1)
+            digest = _sha256(self.directory / _FIT_WEIGHTS)
+        except BaseException:
+            self._discard_partial()
+            raise
+        self.committed = digest  # the caller commits it in state.json next
+        return {"weights": _FIT_WEIGHTS, "sha256": digest}
+
+    def _discard_partial(self) -> None:
+        close_hdf5_files(self.directory)
+        for name in (_FIT_WEIGHTS, f"{_FIT_WEIGHTS}.bkp"):
+            path = self.directory / name
+            try:
+                keep = self.committed is not None and path.is_file() and _sha256(path) == self.committed
+            except OSError:
+                keep = False
+            if not keep:
+                remove_quietly(path)
 
     def restore(self, state: dict[str, Any], directory: Path) -> str:
         """Load the weights ``state`` names from ``directory`` (``latest`` or ``latest.bkp``); returns the file read."""
@@ -131,12 +215,17 @@ class FitFiles:
                     optimizer.build(self.model.trainable_variables)
                 if name == _FIT_WEIGHTS:
                     self.model.load_weights(str(path))
-                else:  # Keras loads only files named *.weights.h5
+                else:  # Keras loads only files named *.weights.h5: a link under that name (no copy, no space)
                     self.directory.mkdir(parents=True, exist_ok=True)
-                    copy = self.directory / ".restore.weights.h5"
-                    shutil.copyfile(path, copy)
-                    self.model.load_weights(str(copy))
-                    copy.unlink()
+                    link = self.directory / ".restore.weights.h5"
+                    remove_quietly(link)
+                    try:
+                        os.symlink(path.resolve(), link)
+                        self.model.load_weights(str(link))
+                    finally:
+                        remove_quietly(link)
+                if directory.resolve() == self.directory.resolve():
+                    self.committed = want
                 return str(path)
         raise OutputError(
             f"{directory}: neither {_FIT_WEIGHTS} nor its .bkp is the checkpoint {STATE_FILE} names "
@@ -157,14 +246,26 @@ class CustomFiles:
 
         self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False)
         self.step = tf.Variable(0, dtype=tf.int64, trainable=False)
+        self.directory = directory
         self.checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, epoch=self.epoch, step=self.step)
         self.manager = tf.train.CheckpointManager(self.checkpoint, str(directory), max_to_keep=2)
 
     def save(self, epoch: int, step: int, global_step: int) -> dict[str, Any]:
-        """Save as ``ckpt-<global_step>``; returns what ``state.json`` records of the files."""
+        """Save as ``ckpt-<global_step>``; returns what ``state.json`` records of the files.
+
+        A save that fails (a full disk: TensorFlow's ``ResourceExhaustedError``)
+        leaves none of its files (``ckpt-<n>_temp/``, ``ckpt-<n>.*``, the
+        ``checkpoint`` file's temporary copies); earlier checkpoints stay.
+        """
         self.epoch.assign(epoch)
         self.step.assign(step)
-        return {"checkpoint": Path(self.manager.save(checkpoint_number=global_step)).name}
+        try:
+            return {"checkpoint": Path(self.manager.save(checkpoint_number=global_step)).name}
+        except BaseException:
+            for path in [*self.directory.glob(f"ckpt-{global_step}_temp*"),
+                         *self.directory.glob(f"ckpt-{global_step}.*"), *self.directory.glob("checkpoint.tmp*")]:
+                remove_quietly(path)
+            raise
 
     def restore(self, state: dict[str, Any], directory: Path) -> str:
         """Restore the checkpoint ``state`` names from ``directory``; returns its path."""
@@ -265,7 +366,7 @@ def agreement(strategy: Any) -> Callable[[int], int]:
     return agree
 
 
-@dataclass
+@dataclass(frozen=True)
 class Position:
     """Where training stands: ``epoch`` epochs done and ``step`` steps of the next (both from 0)."""
 
@@ -273,9 +374,32 @@ class Position:
     step: int = 0
 
 
-def checkpoint_callback(files: Any, write_dir: Path, chief: bool, steps_per_epoch: int, epochs: int,
-                        every_epochs: int, every_steps: Optional[int], start: Position, loop: str,
-                        stop: Optional[StopSignals] = None, agree: Optional[Callable[[int], int]] = None,
+@dataclass(frozen=True)
+class SavePlan:
+    """When and where the checkpoint callback saves.
+
+    Attributes:
+        write_dir: where this process saves (the chief: ``RUN_DIR/checkpoint``).
+        chief: writes ``state.json`` and ``progress.json``.
+        steps_per_epoch, epochs: the run's.
+        every_epochs, every_steps: ``train.checkpoint``'s.
+        loop: ``fit`` or ``custom`` (recorded).
+        start: the position training starts from (batch indices the loops
+            pass are counted from it in its first epoch).
+    """
+
+    write_dir: Path
+    chief: bool
+    steps_per_epoch: int
+    epochs: int
+    every_epochs: int = 1
+    every_steps: Optional[int] = None
+    loop: str = "fit"
+    start: Position = Position()
+
+
+def checkpoint_callback(files: Any, plan: SavePlan, stop: Optional[StopSignals] = None,
+                        agree: Optional[Callable[[int], int]] = None,
                         on_stop: Optional[Callable[[dict[str, Any]], str]] = None) -> Any:
     """The Keras callback that saves checkpoints and stops at a signal; both loops call it.
 
@@ -285,13 +409,7 @@ def checkpoint_callback(files: Any, write_dir: Path, chief: bool, steps_per_epoc
 
     Args:
         files: :class:`FitFiles` or :class:`CustomFiles`.
-        write_dir: where this process saves (the chief: ``RUN_DIR/checkpoint``).
-        chief: writes ``state.json`` and ``progress.json``.
-        steps_per_epoch, epochs: the run's.
-        every_epochs, every_steps: ``train.checkpoint``'s.
-        start: the position training starts from (batch indices the loops
-            pass are counted from it in its first epoch).
-        loop: ``fit`` or ``custom`` (recorded).
+        plan: when and where (:class:`SavePlan`).
         stop: the signal watcher; ``None``: signals are not handled.
         agree: :func:`agreement` with several workers, else ``None``.
         on_stop: called by the chief with the state after the stop's save;
@@ -301,7 +419,12 @@ def checkpoint_callback(files: Any, write_dir: Path, chief: bool, steps_per_epoc
 
     Raises (from the training loop):
         Preempted: a stop signal arrived; the checkpoint was saved first.
+        OSError and TensorFlow's errors: a save failed (e.g. the disk is full);
+            what it had written is removed first, and the last committed
+            checkpoint is left as it was.
     """
+    write_dir, chief, steps_per_epoch, epochs = plan.write_dir, plan.chief, plan.steps_per_epoch, plan.epochs
+    every_epochs, every_steps, start, loop = plan.every_epochs, plan.every_steps, plan.start, plan.loop
     import keras  # noqa: PLC0415
 
     class Checkpointer(keras.callbacks.Callback):

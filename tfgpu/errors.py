@@ -20,7 +20,8 @@ Exit codes (also in the README):
 7     :class:`TrainingError`: training failed once it had started (NaN loss,
       TensorFlow's own error such as out of memory); a model that cannot
       be built or does not fit the data is a :class:`ConfigError` (3)
-8     :class:`OutputError`: the run directory cannot be written
+8     :class:`OutputError`: the run directory cannot be written (also
+      :class:`DiskFull`: the disk or the disk quota is full)
 9     ``tfgpu doctor`` found at least one error (``--strict``: or a warning)
 10    :class:`WorkerError`: a worker process crashed or was killed (a worker
       that failed with one of the codes above passes its own code on)
@@ -106,6 +107,27 @@ class OutputError(TfgpuError):
 
     exit_code = 8
     kind = "output error"
+
+
+class DiskFull(OutputError):
+    """A write failed because the disk is full (``ENOSPC``) or the disk quota is used up (``EDQUOT``).
+
+    The message names the file, the free space and what was kept; the fix
+    says where to make room and how to continue (``tfgpu run --resume``).
+    Exit code 8, as every :class:`OutputError`.
+    """
+
+    kind = "disk full"
+
+    def __init__(self, message: str, hint: str = "", path: "str | None" = None, code: int = 28,
+                 needed: "int | None" = None) -> None:
+        super().__init__(message, hint)
+        #: The file that could not be written (``None``: unknown).
+        self.path = path
+        #: ``errno.ENOSPC`` (28) or ``errno.EDQUOT``.
+        self.code = code
+        #: Bytes the write needed, when it was refused before it started.
+        self.needed = needed
 
 
 class Interrupted(TfgpuError):

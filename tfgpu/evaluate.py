@@ -64,7 +64,8 @@ def evaluate_run(run_dir: str, overrides: Sequence[str] = (), splits: Sequence[s
     https://keras.io/api/models/model_training_apis/#evaluate-method
     """
     from . import setup  # noqa: PLC0415
-    from .runner import evaluate_split, load_data  # noqa: PLC0415
+    from .data import load  # noqa: PLC0415
+    from .trainer import evaluate_split  # noqa: PLC0415
 
     folder = Path(run_dir)
     summary = _read_run(folder)
@@ -73,7 +74,7 @@ def evaluate_run(run_dir: str, overrides: Sequence[str] = (), splits: Sequence[s
     source = source_for(cfg.data, cfg.model.loss, cfg.tensorflow.seed)
     source.check()
     info = setup(cfg)
-    data, pipes = load_data(cfg, info, source, train=False)
+    data, pipes = load(cfg, info, source, train=False)
 
     import keras  # noqa: PLC0415
 

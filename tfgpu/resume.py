@@ -7,20 +7,74 @@ from __future__ import annotations
 
 import csv
 import io
+import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from .checkpoint import CHECKPOINT_DIR, PROGRESS_FILE, read_json, read_state
+from .checkpoint import CHECKPOINT_DIR, PROGRESS_FILE, Position, read_json, read_state
 from .config import Config, load_config
 from .errors import ConfigError, OutputError
-from .results import CONFIG_FILE, RESOLVED_CONFIG_FILE, write_atomic
+from .results import CONFIG_FILE, RESOLVED_CONFIG_FILE, process_alive, stale_status, write_atomic
 
 #: Settings a resumed run may change: they do not change what is trained or on what.
 MAY_CHANGE = ("train.progress", "train.checkpoint", "train.profile_steps", "train.terminate_on_nan", "output",
               "tensorflow.log_level")
 #: Set (to why) for the workers of a restarted ``tfgpu run --workers N`` group: resume ``TFGPU_RUN_DIR``.
 RESUME_ENV = "TFGPU_RESUME"
+#: Set by ``tfgpu run --workers N`` for its workers: the run directory the chief writes.
+RUN_DIR_ENV = "TFGPU_RUN_DIR"
+
+
+@dataclass(frozen=True)
+class Resumed:
+    """A run being continued.
+
+    Attributes:
+        dir: its run directory (the chief's).
+        summary: its last ``summary.json``.
+        why: what resumes it (``tfgpu run --resume``, or why a worker group restarted).
+        state: the commit record of its last checkpoint (:func:`tfgpu.checkpoint.read_state`), or ``None``.
+    """
+
+    dir: Path
+    summary: dict[str, Any]
+    why: str
+    state: Optional[dict[str, Any]]
+
+    @property
+    def start(self) -> Position:
+        """Where training continues: the checkpoint's position (the start when there is none)."""
+        return Position(self.state["epoch"], self.state["step"]) if self.state else Position()
+
+
+def resume_target(resume: Optional[str]) -> tuple[Optional[Path], str]:
+    """The run directory to continue (``--resume``, or a restarted worker's ``TFGPU_RUN_DIR``) and why."""
+    if resume:
+        return Path(resume), "tfgpu run --resume"
+    if os.environ.get(RESUME_ENV) and os.environ.get(RUN_DIR_ENV):
+        return Path(os.environ[RUN_DIR_ENV]), os.environ[RESUME_ENV]
+    return None, ""
+
+
+def request(recipe: Optional[str], overrides: Sequence[str], resume: Optional[str]
+            ) -> tuple[Config, Optional[Resumed], Optional[Path]]:
+    """``tfgpu run``'s config, the run it continues, and the directory ``--resume`` named.
+
+    A ``--resume`` directory that holds no run yet (it does not exist, or is
+    empty) starts a new run there: the third value is that directory, the
+    second ``None``.
+
+    Raises:
+        ConfigError: the config is invalid, or a setting that matters differs from the run's.
+        OutputError: the run completed already, is still running, or its files cannot be read.
+    """
+    target, why = resume_target(resume)
+    if target is None or not is_run_dir(target):
+        return load_config(recipe, overrides=overrides), None, target
+    cfg, previous = load_resumed(target, recipe, overrides)
+    return cfg, Resumed(target, previous, why, read_state(target)), target
 
 
 def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
@@ -109,6 +163,12 @@ def load_resumed(run_dir: Path, recipe: Optional[str], overrides: Sequence[str])
     if summary.get("status") == "completed":
         raise OutputError(f"--resume {run_dir}: the run already completed ({summary.get('epochs_completed')} epochs); "
                           "there is nothing to continue.", "start a new run: tfgpu run RECIPE.")
+    process = summary.get("process") or {}
+    if summary.get("status") == "running" and process.get("pid") != os.getpid() and process_alive(process):
+        raise OutputError(f"--resume {run_dir}: the run is still running (pid {process.get('pid')} on this machine, "
+                          "status \"running\"); two processes would write the same run directory.",
+                          f"wait for it to end, or stop it (kill {process.get('pid')}; SIGTERM saves a checkpoint), "
+                          "then resume.")
     return cfg, summary
 
 
@@ -165,9 +225,11 @@ def restart_record(run_dir: Path, summary: dict[str, Any], why: str) -> dict[str
     state = read_state(run_dir)
     progress = read_json(run_dir / CHECKPOINT_DIR / PROGRESS_FILE)
     now = time.time()
+    stale = stale_status(summary)
     record: dict[str, Any] = {
         "number": len(summary.get("restarts", [])) + 1, "at": now, "why": why,
         "previous_status": summary.get("status"), "previous_error": summary.get("error"),
+        **({"previous_status_stale": stale} if stale else {}),
         "from": ({k: state[k] for k in ("epoch", "step", "global_step", "saved_at", "reason")} if state
                  else {"epoch": 0, "step": 0, "global_step": 0, "saved_at": None, "reason": "no checkpoint yet"}),
     }

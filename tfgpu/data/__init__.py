@@ -13,9 +13,10 @@ import TensorFlow.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any, Optional
 
-from ..config import DataConfig
+from ..config import Config, DataConfig
 from .arrays import ArraysSource
 from .base import DATA_DIR_ENV, Data, DataSpec, LoadContext, Source, Split
 from .builder import BuilderSource
@@ -38,8 +39,8 @@ SOURCES: dict[str, type[Source]] = {
     "tfds": TfdsSource,
 }
 
-__all__ = ["DATA_DIR_ENV", "Data", "DataSpec", "LoadContext", "SOURCES", "Source", "Split", "prepare",
-           "prepare_for_jax", "source_for"]
+__all__ = ["DATA_DIR_ENV", "Data", "DataSpec", "LoadContext", "SOURCES", "Source", "Split", "data_seed", "load",
+           "prepare", "prepare_for_jax", "source_for"]
 
 
 def source_for(cfg: DataConfig, loss: Any = "sparse_categorical_crossentropy",
@@ -75,3 +76,33 @@ def prepare(source: Source, cfg: DataConfig, context: LoadContext, train: bool =
     pipes = build_pipelines(data, cfg, context.global_batch_size, context.seed, context.num_workers)
     pipes.info["cache"] = cache
     return data, pipes
+
+
+def data_seed(cfg: Config, cluster: Any) -> Optional[int]:
+    """The seed of the data's shuffles: ``tensorflow.seed``; with several workers and no seed, one derived
+    from the cluster's addresses, the same on every worker (sharding a dataset by DATA or FILE between
+    workers needs every worker to shuffle it alike, else they read overlapping parts)."""
+    if cfg.tensorflow.seed is not None or cluster is None or cluster.num_workers == 1:
+        return cfg.tensorflow.seed
+    text = ",".join(f"{job}={','.join(hosts)}" for job, hosts in sorted(cluster.jobs.items()))
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "big")
+
+
+def load(cfg: Config, info: Any, source: Source, train: bool = True) -> tuple[Data, Any]:
+    """A checked source's data and pipelines for the devices ``info`` describes (after :func:`tfgpu.setup`).
+
+    ``train=False`` (evaluation) does not decode the training split. With
+    several workers, the pipelines carry each worker's sharding policy. On
+    ``backend: jax``, :func:`prepare_for_jax`'s feeds (no TensorFlow); else
+    :func:`prepare`'s ``tf.data`` pipelines.
+
+    Raises:
+        DataError: the data cannot be read or does not fit the config.
+    """
+    cluster = info.cluster
+    context = LoadContext(global_batch_size=info.global_batch_size, num_replicas=info.num_replicas,
+                          seed=data_seed(cfg, cluster), num_workers=cluster.num_workers if cluster else 1,
+                          worker_index=cluster.worker_index if cluster else 0)
+    if info.backend == "jax":
+        return prepare_for_jax(source, cfg.data, context, info.num_replicas, train)
+    return prepare(source, cfg.data, context, train)

@@ -17,7 +17,7 @@ import sys
 import time
 from typing import Any
 
-from . import check_loss
+from . import Job, check_loss
 
 # The last run's distributed iterators, kept alive on purpose. Destroying a MirroredStrategy
 # iterator waits for tf.data's autotuning thread of its per-device datasets to wake from a
@@ -28,33 +28,22 @@ from . import check_loss
 _LAST_ITERATORS: list = []
 
 
-def train_custom(strategy: Any, model: Any, optimizer: Any, loss_fn: Any, metrics: list, val_metrics: list,
-                 train_epochs: Any, val: Any, epochs: int, steps_per_epoch: int, validation_steps: int,
-                 callbacks: list, progress: str, jit_compile: bool = False, terminate_on_nan: bool = True,
-                 steps_per_execution: int = 1, start: tuple[int, int] = (0, 0)) -> dict[str, int]:
+def train_custom(job: Job, callbacks: list, progress: str, start: tuple[int, int] = (0, 0)) -> dict[str, int]:
     """Train with a custom distributed loop.
 
     Args:
-        strategy: the ``tf.distribute.Strategy``; ``model``, ``optimizer`` and
-            the metrics must have been created in its scope.
-        model: a ``keras.Model`` mapping float32 ``(batch, ...)`` to predictions.
-        optimizer: a Keras optimizer (a ``LossScaleOptimizer`` under ``mixed_float16``).
-        loss_fn: a ``keras.losses.Loss`` with ``reduction=None`` (per-example).
-        metrics, val_metrics: Keras metrics for training and validation.
-        train_epochs: ``(epochs, skip) -> dataset`` of global batches ``(x, y)``
-            (:attr:`tfgpu.data.pipeline.Pipelines.train_epochs`).
-        val: a finite dataset of global batches, read once per epoch, or ``None``.
-        epochs: passes over ``train``.
-        steps_per_epoch, validation_steps: the number of batches in ``train``
-            and in ``val`` (exactly: the iterators are not read past them).
+        job: what to train (:class:`~tfgpu.loops.Job`): ``job.model``,
+            ``job.optimizer`` and the metrics created in ``job.strategy``'s
+            scope; ``job.loss`` per-example (``reduction=None``);
+            ``job.steps_per_epoch`` and ``job.validation_steps`` exact (the
+            iterators are not read past them); ``job.jit_compile`` compiles each
+            replica's forward and backward pass with XLA;
+            ``job.terminate_on_nan`` stops at the end of an epoch whose loss is
+            NaN or infinite (as ``TerminateOnNaN`` does for ``fit``).
         callbacks: Keras callbacks; they get ``on_epoch_end`` logs as with
             ``fit``, ``on_train_batch_begin``/``_end`` once per call, and
             ``on_test_begin``/``_end`` (with the validation logs).
         progress: ``"bar"``, ``"epoch"`` or ``"none"``.
-        jit_compile: compile each replica's forward and backward pass with XLA.
-        terminate_on_nan: stop at the end of an epoch whose loss is NaN or
-            infinite (``train.terminate_on_nan``, as ``TerminateOnNaN`` does for ``fit``).
-        steps_per_execution: training steps per ``tf.function`` call (>= 1).
         start: ``(epoch, step)`` to start from, counted from 0 (a checkpoint's
             position): the first epoch runs its remaining steps, on the batches
             an uninterrupted run reads there. Batch callbacks get indices
@@ -65,7 +54,7 @@ def train_custom(strategy: Any, model: Any, optimizer: Any, loss_fn: Any, metric
         ``{"train": n, "validation": m}`` (1 and 1 when nothing retraced).
 
     Raises:
-        TrainingError: the loss became NaN or infinite (with ``terminate_on_nan``).
+        TrainingError: the loss became NaN or infinite (with ``job.terminate_on_nan``).
 
     Wraps: https://www.tensorflow.org/api_docs/python/tf/distribute/Strategy#run,
     https://www.tensorflow.org/api_docs/python/tf/nn/compute_average_loss and
@@ -74,12 +63,15 @@ def train_custom(strategy: Any, model: Any, optimizer: Any, loss_fn: Any, metric
     import keras  # noqa: PLC0415
     import tensorflow as tf  # noqa: PLC0415
 
+    strategy, model, optimizer, loss_fn = job.strategy, job.model, job.optimizer, job.loss
+    metrics, val_metrics, val = job.metrics, job.val_metrics, job.validation
+    epochs, steps_per_epoch, steps_per_execution = job.epochs, job.steps_per_epoch, job.steps_per_execution
     # One iterator each for the whole run, over the datasets repeated once per epoch, read
     # exactly one epoch's batches per epoch: no MirroredStrategy iterator is built and torn
     # down per epoch (0.1-0.4 s each on 2 CPU cores, measured).
     first_epoch, first_step = start
     skip = first_epoch * steps_per_epoch + first_step
-    train_batches = iter(strategy.experimental_distribute_dataset(train_epochs(epochs, skip)))
+    train_batches = iter(strategy.experimental_distribute_dataset(job.train_epochs(epochs, skip)))
     val_batches = (iter(strategy.experimental_distribute_dataset(val.repeat(epochs - first_epoch)))
                    if val is not None else None)
     scales_loss = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
@@ -102,7 +94,7 @@ def train_custom(strategy: Any, model: Any, optimizer: Any, loss_fn: Any, metric
 
     # XLA compiles each replica's forward and backward pass; the gradient
     # all-reduce and the update stay outside it (cross-replica calls cannot be compiled).
-    compute = tf.function(forward_backward, jit_compile=True) if jit_compile else forward_backward
+    compute = tf.function(forward_backward, jit_compile=True) if job.jit_compile else forward_backward
 
     def replica_train(x: Any, y: Any) -> None:
         grads, per_example, pred = compute(x, y)
@@ -155,12 +147,12 @@ def train_custom(strategy: Any, model: Any, optimizer: Any, loss_fn: Any, metric
         val_logs: dict[str, float] = {}
         if val_batches is not None:
             cbs.on_test_begin()
-            test_steps(val_batches, tf.constant(validation_steps, tf.int32))
+            test_steps(val_batches, tf.constant(job.validation_steps, tf.int32))
             val_logs = {m.name: float(m.result()) for m in val_trackers}  # the epoch's host reads: this,
             cbs.on_test_end({k[4:]: v for k, v in val_logs.items()})
         logs = {m.name: float(m.result()) for m in train_trackers}       # and this
         logs.update(val_logs)
-        if terminate_on_nan:
+        if job.terminate_on_nan:
             check_loss(logs["loss"], epoch + 1)
         seconds = time.perf_counter() - started
         text = " - ".join(f"{k}: {v:.4f}" for k, v in logs.items())

@@ -1,0 +1,372 @@
+"""What trains: the model, its optimizer, loss, metrics and callbacks, built once from the config and the data.
+
+:class:`Trainer` is made after :func:`tfgpu.setup` and the data: in the
+strategy's scope it builds and compiles the model (:mod:`tfgpu.model`), checks
+it on two samples (a loss or metric that does not fit the labels is a
+configuration error before anything is written), and then gives the run what it
+needs: its facts for ``summary.json`` and the console, the callbacks (epoch
+statistics, ``metrics.csv``, TensorBoard, checkpoints), the training loop
+(``fit`` or ``custom``, :mod:`tfgpu.loops`, fed a plain
+:class:`~tfgpu.loops.Job`), the saved model and the test figures.
+
+It writes only where a :class:`~tfgpu.rundir.RunDir` tells it to, and prints
+nothing (:mod:`tfgpu.console` does). Importing it does not import TensorFlow.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import platform
+import statistics
+import sys
+from importlib import metadata
+from typing import Any, Optional
+
+from . import __version__, keras_fixes
+from . import checkpoint as ckpt
+from .config import Config
+from .data.pipeline import normalization_stats, sample_batch
+from .errors import ConfigError
+from .loops import Job, epoch_stats_callback, progress_mode
+from .model import (build_model, check_fits, describe_model, make_loss, make_metrics, make_optimizer, target_of)
+
+# train.steps_per_execution: auto. At least this many steps per call (see
+# resolve_steps_per_execution), so Python's per-call cost is spread over many steps.
+AUTO_STEPS_PER_EXECUTION = 32
+
+
+def resolve_steps_per_execution(setting: Any, steps_per_epoch: int) -> int:
+    """``train.steps_per_execution`` -> training steps per ``tf.function`` call.
+
+    The result is the smallest divisor of ``steps_per_epoch`` that is at least
+    the setting (``auto``: :data:`AUTO_STEPS_PER_EXECUTION`), so every call is
+    full and an epoch is exactly one pass: ``fit`` reads a repeated dataset with
+    ``steps_per_epoch`` and Keras always runs whole calls, so a call that did not
+    divide the epoch would run into the next one. Examples: 178 steps and ``auto``
+    give 89; 6 steps give 6 (the whole epoch in one call); a prime step count
+    gives the whole epoch.
+    """
+    wanted = AUTO_STEPS_PER_EXECUTION if setting == "auto" else int(setting)
+    return next(d for d in range(min(wanted, steps_per_epoch), steps_per_epoch + 1) if steps_per_epoch % d == 0)
+
+
+def profile_calls(steps: Optional[list[int]], epochs: int, steps_per_epoch: int,
+                  per_call: int) -> Optional[dict[str, list[int]]]:
+    """``train.profile_steps`` -> the training calls to profile and the steps they hold.
+
+    Keras's TensorBoard callback counts calls (``steps_per_execution`` steps each).
+
+    Raises:
+        ConfigError: the first step lies beyond the run.
+    """
+    if steps is None:
+        return None
+    total = epochs * steps_per_epoch
+    if steps[0] > total:
+        raise ConfigError(
+            f"train.profile_steps: {steps} starts after the run's last step ({epochs} epochs x "
+            f"{steps_per_epoch} steps = {total}).",
+            f"profile steps between 1 and {total}, e.g. [{min(2, total)}, {min(5, total)}].",
+        )
+    calls = [math.ceil(steps[0] / per_call), math.ceil(min(steps[1], total) / per_call)]
+    return {"steps_asked": list(steps), "calls": calls,
+            "steps": [(calls[0] - 1) * per_call + 1, calls[1] * per_call]}
+
+
+def evaluate_split(model: Any, dataset: Any, steps: int) -> dict[str, float]:
+    """``model.evaluate`` over one pass of a pipeline: ``{loss: ..., <metric>: ...}`` as floats.
+
+    Wraps https://keras.io/api/models/model_training_apis/#evaluate-method
+    """
+    result = model.evaluate(dataset, steps=steps, return_dict=True, verbose=0)
+    return {k: float(v) for k, v in result.items()}
+
+
+def versions(backend: str) -> dict[str, Optional[str]]:
+    """tfgpu, Python, Keras and the backend's packages (TensorFlow's version only where it is imported, so a
+    JAX run never imports it)."""
+    import keras  # noqa: PLC0415
+
+    found: dict[str, Optional[str]] = {"tfgpu": __version__, "keras": keras.__version__,
+                                       "python": platform.python_version()}
+    found["tensorflow"] = getattr(sys.modules.get("tensorflow"), "__version__", None)
+    if backend == "jax":
+        for name in ("jax", "jaxlib"):
+            try:
+                found[name] = metadata.version(name)
+            except metadata.PackageNotFoundError:
+                found[name] = None
+    return found
+
+
+class Trainer:
+    """The model and what trains it, built in the strategy's scope from the config and the data.
+
+    Args:
+        cfg: the run's configuration.
+        info: what :func:`tfgpu.setup` applied (:class:`tfgpu.Setup`).
+        data: the loaded :class:`~tfgpu.data.Data`.
+        pipes: its :class:`~tfgpu.data.pipeline.Pipelines`.
+
+    Attributes:
+        model: the compiled ``keras.Model`` (``model.compile`` sets what
+            ``fit`` trains with, and makes the saved ``model.keras`` ready to
+            evaluate and train further).
+        optimizer: its optimizer (a ``LossScaleOptimizer`` under
+            ``mixed_float16`` with the custom loop; ``fit`` wraps it itself).
+        learning_rate: the learning rate after ``train.lr_scaling``.
+        per_call: training steps per ``tf.function`` call.
+        profile: the calls ``train.profile_steps`` profiles, or ``None``.
+        traces: the custom loop's trace counts after training, else ``None``.
+
+    Raises:
+        ConfigError: the model, loss or metrics do not fit the data, or
+            ``train.profile_steps`` lies beyond the run (before anything is written).
+    """
+
+    def __init__(self, cfg: Config, info: Any, data: Any, pipes: Any) -> None:
+        import keras  # noqa: PLC0415
+
+        self.cfg, self.info, self.data, self.pipes = cfg, info, data, pipes
+        spec, plan = data.spec, info.plan
+        target = target_of(spec.task, spec.num_classes, spec.target_shape, cfg.model.loss)
+        normalization = normalization_stats(data) if cfg.data.normalize else None
+        self.per_call = self._steps_per_call()
+        with info.scope():
+            self.model = build_model(cfg.model, spec.input_shape, target, normalization)
+            self.optimizer, self.learning_rate = make_optimizer(cfg.model.optimizer, plan.lr_scale)
+            if cfg.train.loop == "custom" and plan.mixed_precision == "mixed_float16":
+                self.optimizer = keras.optimizers.LossScaleOptimizer(self.optimizer)  # fit wraps it itself
+            metrics = make_metrics(cfg.model.metrics, cfg.model.loss)
+            # On JAX the last evaluation batch carries padding of sample weight 0 (tfgpu.data.feed); Keras
+            # applies sample weights to weighted_metrics only, which are the same metrics when no weights are given.
+            by_weight = {"weighted_metrics": metrics} if plan.backend == "jax" else {"metrics": metrics}
+            self.model.compile(optimizer=self.optimizer, loss=make_loss(cfg.model.loss), **by_weight,
+                               jit_compile=plan.jit_compile, steps_per_execution=self.per_call)
+            self.loss = self.metrics = self.val_metrics = None
+            if cfg.train.loop == "custom":
+                self.loss = make_loss(cfg.model.loss, per_example=True)
+                self.metrics = make_metrics(cfg.model.metrics, cfg.model.loss)
+                self.val_metrics = make_metrics(cfg.model.metrics, cfg.model.loss, prefix="val_")
+        # A loss or metric that does not fit the labels fails here, as a configuration error, before
+        # anything is written, rather than inside the first training step.
+        check_fits(self.model, cfg.model.loss, cfg.model.metrics, *sample_batch(data), task=spec.task)
+        self.profile = profile_calls(cfg.train.profile_steps, cfg.train.epochs, pipes.steps_per_epoch, self.per_call)
+        self.traces: Optional[dict[str, int]] = None
+        self.saver: Any = None
+        self.stop: Optional[ckpt.StopSignals] = None
+
+    def _steps_per_call(self) -> int:
+        cfg, steps = self.cfg, self.pipes.steps_per_epoch
+        per_call = resolve_steps_per_execution(cfg.train.steps_per_execution, steps)
+        if cfg.train.loop == "fit" and self.info.plan.num_workers > 1:
+            # Keras's several-steps-per-call loop (a tf.while_loop over get_next_as_optional) fails under
+            # MultiWorkerMirroredStrategy with "You must feed a value for placeholder tensor
+            # 'while/cond/Placeholder'" (Keras 3.15.1, TF 2.21, seen here), so fit runs one step per call.
+            if per_call > 1 and cfg.train.steps_per_execution != "auto":
+                from .console import warn  # noqa: PLC0415
+
+                warn(f"train.steps_per_execution: {cfg.train.steps_per_execution} is 1 with loop: fit and "
+                     "several workers (Keras's multi-step loop fails under MultiWorkerMirroredStrategy); "
+                     "loop: custom runs several steps per call")
+            per_call = 1
+        return per_call
+
+    # Facts -------------------------------------------------------------------------------------------------------
+
+    @property
+    def train_samples(self) -> int:
+        """Training samples per epoch (whole global batches for a streamed split)."""
+        train = self.data.train
+        return train.size if train.batches is None else self.pipes.steps_per_epoch * self.info.global_batch_size
+
+    def facts(self) -> dict[str, Any]:
+        """What ``summary.json`` records of the devices, the data, the model and the speed choices."""
+        cfg, info, data, pipes = self.cfg, self.info, self.data, self.pipes
+        plan = info.plan
+        return {
+            "loop": cfg.train.loop,
+            "backend": plan.backend,
+            "versions": versions(plan.backend),
+            "physical_devices": list(info.physical_devices),
+            "logical_devices": list(info.logical_devices),
+            "gpus": [g.name for g in plan.gpus],
+            "strategy": type(info.strategy).__name__ if info.strategy is not None else None,
+            "strategy_devices": list(plan.strategy.devices),
+            "cross_device_ops": plan.strategy.cross_device_ops,
+            "cluster": plan.cluster.to_dict() if plan.cluster else None,
+            "num_workers": plan.num_workers,
+            "keras_fixes": keras_fixes.applied() if plan.cluster else {},
+            "num_replicas": info.num_replicas,
+            "batch_size_per_replica": plan.batch_size_per_replica,
+            "global_batch_size": info.global_batch_size,
+            "steps_per_epoch": pipes.steps_per_epoch,
+            "steps_per_execution": self.per_call,
+            "lr_scaling": plan.lr_scaling,
+            "learning_rate": self.learning_rate,
+            "jit_compile": plan.jit_compile,
+            "jit_compile_reason": plan.jit_compile_reason,
+            "mixed_precision": plan.mixed_precision,
+            "data": {
+                **data.spec.to_dict(),
+                "train_samples": self.train_samples,
+                "validation_samples": data.validation.size if data.validation else 0,
+                "test_samples": data.test.size if data.test else 0,
+                "splits": {s.name: s.origin for s in data.splits()},
+                "validation_is_test": data.validation_is_test,
+                "normalize": cfg.data.normalize,
+                **pipes.info,
+            },
+            "model": describe_model(self.model),
+            "profile": self.profile,
+            "epochs_planned": cfg.train.epochs,
+            "warnings": list(plan.warnings),
+        }
+
+    def banner(self) -> list[str]:
+        """The lines the chief prints before training: devices, strategy, data, batches, speed choices."""
+        cfg, info, data, pipes = self.cfg, self.info, self.data, self.pipes
+        plan, spec = info.plan, data.spec
+        lines = []
+        if plan.backend == "jax":
+            lines.append(f"backend: jax; JAX devices: {', '.join(info.logical_devices)}")
+            lines.append("distribution: " + (f"keras.distribution.DataParallel over {', '.join(plan.strategy.devices)}"
+                                             if info.strategy is not None else
+                                             f"none ({', '.join(plan.strategy.devices) or 'the default device'})"))
+        else:
+            lines.append(f"devices: {', '.join(info.logical_devices)}")
+            lines.append(f"strategy: {type(info.strategy).__name__} on "
+                         f"{', '.join(plan.strategy.devices) or 'the default device'}"
+                         + (f" ({plan.strategy.cross_device_ops})" if plan.strategy.cross_device_ops else "")
+                         + (" of each worker" if plan.cluster else ""))
+        if plan.cluster:
+            lines.append(f"cluster: {plan.cluster.describe()}; sharding: {pipes.info['sharding']['policy']} "
+                         f"({pipes.info['sharding']['reason']})")
+        sizes = ", ".join(f"{s.name} {s.size:,}" for s in data.splits())
+        what = (f"{spec.num_classes} classes" if spec.task == "classification" else "regression")
+        lines.append(f"data: {spec.source}: {sizes}; input {spec.input_shape}, {what}"
+                     + (" (validation = the test split)" if data.validation_is_test else "")
+                     + ("" if data.validation else " (no validation data)"))
+        lines.append(f"global batch: {plan.batch_size_per_replica} per replica x {info.num_replicas} replicas = "
+                     f"{info.global_batch_size}; {pipes.steps_per_epoch} steps per epoch; loop: {cfg.train.loop}; "
+                     f"learning rate {self.learning_rate:g}"
+                     + (f" ({plan.lr_scaling} scaling)" if plan.lr_scaling != "none" else ""))
+        lines.append(f"steps per call: {self.per_call}; XLA: {'on' if plan.jit_compile else 'off'} "
+                     f"({plan.jit_compile_reason}); precision: {plan.mixed_precision}")
+        return lines
+
+    # Training ----------------------------------------------------------------------------------------------------
+
+    def callbacks(self, run: Any, state: Optional[dict[str, Any]], start: ckpt.Position) -> list:
+        """Epoch statistics (into ``run.epochs``), ``metrics.csv``, TensorBoard and the checkpoint, in that order.
+
+        ``run`` is the :class:`~tfgpu.rundir.RunDir`; ``state`` the checkpoint
+        to restore first (``None``: a fresh start). The checkpoint callback
+        comes after ``CSVLogger`` (an epoch's row is written before its
+        checkpoint; see :func:`tfgpu.checkpoint.checkpoint_callback`).
+        """
+        import keras  # noqa: PLC0415
+
+        callbacks = [epoch_stats_callback(self.train_samples, run.epochs),
+                     keras.callbacks.CSVLogger(str(run.path / "metrics.csv"), append=True)]
+        if self.cfg.output.tensorboard:
+            calls = tuple(self.profile["calls"]) if self.profile else 0
+            callbacks.append(keras.callbacks.TensorBoard(log_dir=str(run.path / "tensorboard"), profile_batch=calls))
+        if self.cfg.train.checkpoint.enabled:
+            self.saver = self._checkpointing(run, state, start)
+            callbacks.append(self.saver)
+        return callbacks
+
+    def _checkpointing(self, run: Any, state: Optional[dict[str, Any]], start: ckpt.Position) -> Any:
+        """The checkpoint callback; restores ``state`` first (every worker, from the chief's files)."""
+        cfg, info = self.cfg, self.info
+        settings = cfg.train.checkpoint
+        write_dir = run.path / ckpt.CHECKPOINT_DIR
+        with info.scope():
+            if cfg.train.loop == "fit":
+                files = ckpt.FitFiles(self.model, write_dir)
+            else:
+                files = ckpt.CustomFiles(self.model, self.optimizer, write_dir)
+            if state is not None:
+                files.restore(state, run.home / ckpt.CHECKPOINT_DIR)
+
+        def on_stop(saved: dict) -> str:
+            job = os.environ.get("SLURM_JOB_ID")
+            return ckpt.requeue(job) if job else "no Slurm job to requeue (SLURM_JOB_ID is not set)"
+
+        plan = ckpt.SavePlan(write_dir=write_dir, chief=info.is_chief, steps_per_epoch=self.pipes.steps_per_epoch,
+                             epochs=cfg.train.epochs, every_epochs=settings.every_epochs,
+                             every_steps=settings.every_steps, loop=cfg.train.loop, start=start)
+        self.stop = ckpt.StopSignals(settings.requeue_signal)
+        return ckpt.checkpoint_callback(files, plan, self.stop,
+                                        ckpt.agreement(info.strategy) if info.plan.num_workers > 1 else None,
+                                        on_stop)
+
+    def job(self) -> Job:
+        """What the loop runs, as plain data."""
+        cfg, pipes = self.cfg, self.pipes
+        return Job(model=self.model, train_epochs=pipes.train_epochs, validation=pipes.validation,
+                   epochs=cfg.train.epochs, steps_per_epoch=pipes.steps_per_epoch,
+                   validation_steps=pipes.validation_steps, strategy=self.info.strategy, optimizer=self.optimizer,
+                   loss=self.loss, metrics=self.metrics or [], val_metrics=self.val_metrics or [],
+                   steps_per_execution=self.per_call, jit_compile=self.info.plan.jit_compile,
+                   terminate_on_nan=cfg.train.terminate_on_nan)
+
+    def train(self, callbacks: list, start: ckpt.Position) -> None:
+        """Train from ``start`` with ``train.loop``; stop signals are handled while it runs.
+
+        Raises:
+            Preempted: a stop signal arrived (a checkpoint was saved first).
+            TrainingError: the loss became NaN or infinite (``train.terminate_on_nan``).
+        """
+        from .loops.custom import train_custom  # noqa: PLC0415
+        from .loops.fit import train_fit  # noqa: PLC0415
+
+        progress = progress_mode(self.cfg.train.progress) if self.info.is_chief else "none"
+        with (self.stop or contextlib.nullcontext()):
+            if self.cfg.train.loop == "fit":
+                train_fit(self.job(), callbacks, progress, (start.epoch, start.step))
+            else:
+                self.traces = train_custom(self.job(), callbacks, progress, (start.epoch, start.step))
+
+    def save(self, path: Any) -> None:
+        """Save the model to ``path`` (``keras.Model.save``: a ``.keras`` file).
+
+        Raises:
+            DiskFull: the filesystem lacks the room the save needs (checked
+                first: the weights inside are HDF5, whose writer crashes when it
+                runs out of space, see :func:`tfgpu.results.ensure_room`).
+        """
+        from .results import ensure_room  # noqa: PLC0415
+
+        ensure_room(path, ckpt.saved_bytes(self.model) + ckpt.HDF5_MARGIN)
+        self.model.save(path)
+
+    def test(self, rows: list[dict[str, float]]) -> dict[str, Any]:
+        """The test split's figures, evaluated once (``test_metrics``, ``test_metrics_from``), or ``{}``.
+
+        When validation is the test split: the last epoch's validation figures in ``rows`` (no second pass).
+        """
+        data, pipes = self.data, self.pipes
+        if pipes.test is not None:
+            metrics = evaluate_split(self.model, pipes.test, pipes.test_steps)
+            return {"test_metrics": {f"test_{k}": v for k, v in metrics.items()},
+                    "test_metrics_from": f"model.evaluate on the test split ({data.test.origin})"}
+        if data.validation_is_test and rows:
+            return {"test_metrics": {f"test_{k[4:]}": v for k, v in rows[-1].items() if k.startswith("val_")},
+                    "test_metrics_from": "the last epoch's validation, which is the test split"}
+        return {}
+
+    def outcome(self) -> dict[str, Any]:
+        """What ``summary.json`` records of the training itself when the run ends (however it ends)."""
+        fields: dict[str, Any] = {}
+        if self.traces is not None:
+            fields["traces"] = self.traces
+        if self.saver is not None:
+            saves = self.saver.saves
+            fields["checkpoint"] = {"saves": len(saves),
+                                          "save_seconds_median": statistics.median(saves) if saves else None,
+                                          "save_seconds_max": max(saves) if saves else None}
+        return fields
