@@ -22,7 +22,7 @@ from typing import Any, Optional, Sequence
 from .config import load_config, parse_override
 from .data import source_for
 from .errors import DataError, OutputError
-from .results import write_json
+from .results import stale_status, write_json
 
 _PATH_KEYS = ("path", "validation_path", "test_path")
 
@@ -102,9 +102,13 @@ def evaluate_run(run_dir: str, overrides: Sequence[str] = (), splits: Sequence[s
     if not results:
         raise DataError(f"tfgpu evaluate: the data has no {' or '.join(splits)} split to evaluate.",
                         "set data.validation_split, data.validation_path or data.test_path (with --set).")
+    stale = stale_status(summary)
+    if stale:
+        print(f"tfgpu: note: {stale}; 'recorded' holds what it wrote last.", flush=True)
     report = {"run_dir": str(folder), "model": str(folder / "model.keras"), "evaluated_at": time.time(),
               "overrides": list(overrides), "data": data.spec.to_dict(), "splits": results,
-              "recorded": summary.get("final_metrics", {})}
+              "recorded": summary.get("final_metrics", {}), "run_status": summary.get("status"),
+              **({"run_status_stale": stale} if stale else {})}
     target = folder / "evaluation.json"
     if target.exists():
         stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(target.stat().st_mtime))
