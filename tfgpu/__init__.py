@@ -66,7 +66,7 @@ class Setup:
             (:class:`tfgpu.startup_log.StartupLog`; ``.held`` is the text held
             back below ``tensorflow.log_level``).
         startup_log_file: the file holding the held-back lines
-            (``<temp dir>/tfgpu-startup-<pid>.log``; ``RUN_DIR/startup.log``
+            (``<temp dir>/tfgpu-<uid>/startup-<pid>.log``; ``RUN_DIR/startup.log``
             for ``tfgpu run``), or ``None`` when nothing was held back.
 
     ``tfgpu launch`` applies a configuration without starting TensorFlow's

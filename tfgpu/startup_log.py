@@ -31,7 +31,7 @@ its last lines). The filter:
 When the window ends, fd 2 is restored; :class:`StartupLog` has every
 TensorFlow line with whether it was shown. What was held back goes to a file:
 ``RUN_DIR/startup.log`` for ``tfgpu run``, else
-``<temp dir>/tfgpu-startup-<pid>.log`` (:attr:`tfgpu.Setup.startup_log_file`).
+``<temp dir>/tfgpu-<uid>/startup-<pid>.log`` (:attr:`tfgpu.Setup.startup_log_file`).
 ``tfgpu doctor --log`` shows the whole start-up log of a fresh TensorFlow, each
 line with what it means.
 
@@ -324,7 +324,7 @@ def _report(helper: subprocess.Popen) -> list[tuple[str, bool]]:
 
 
 def write_held(log: StartupLog, path: Path) -> Optional[Path]:
-    """Write the held-back lines to ``path`` (only if there are any); returns the path, or ``None``.
+    """Write the held-back lines to ``path`` (only if there are any; its folder is made); returns it, or ``None``.
 
     Raises:
         OSError: the file cannot be written.
@@ -332,13 +332,15 @@ def write_held(log: StartupLog, path: Path) -> Optional[Path]:
     text = log.held
     if not text:
         return None
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8", errors="surrogateescape")
     return path
 
 
 def default_file() -> Path:
-    """Where :func:`tfgpu.setup` (outside ``tfgpu run``) puts the held-back lines: ``<temp dir>/tfgpu-startup-<pid>.log``."""
-    return Path(tempfile.gettempdir()) / f"tfgpu-startup-{os.getpid()}.log"
+    """Where :func:`tfgpu.setup` (outside ``tfgpu run``) puts the held-back lines:
+    ``<temp dir>/tfgpu-<uid>/startup-<pid>.log``."""
+    return Path(tempfile.gettempdir()) / f"tfgpu-{os.getuid()}" / f"startup-{os.getpid()}.log"
 
 
 # The filter process ------------------------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from typing import Any, Optional
 from . import __version__, keras_fixes
 from . import checkpoint as ckpt
 from .config import Config
+from .console import warn
 from .data.pipeline import normalization_stats, sample_batch
 from .errors import ConfigError
 from .loops import Job, epoch_stats_callback, progress_mode
@@ -166,8 +167,6 @@ class Trainer:
             # MultiWorkerMirroredStrategy with "You must feed a value for placeholder tensor
             # 'while/cond/Placeholder'" (Keras 3.15.1, TF 2.21, seen here), so fit runs one step per call.
             if per_call > 1 and cfg.train.steps_per_execution != "auto":
-                from .console import warn  # noqa: PLC0415
-
                 warn(f"train.steps_per_execution: {cfg.train.steps_per_execution} is 1 with loop: fit and "
                      "several workers (Keras's multi-step loop fails under MultiWorkerMirroredStrategy); "
                      "loop: custom runs several steps per call")
