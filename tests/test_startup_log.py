@@ -195,3 +195,28 @@ def test_the_filter_script_imports_only_the_standard_library():
         print(out.stdout.strip(), out.returncode)
     """))
     assert result.stdout.strip() == "[] 0", result.stdout + result.stderr
+
+
+def test_the_filter_outlives_a_signal_to_the_whole_process_group(tmp_path):
+    # Slurm's requeue signal and Ctrl-C reach every process of the group: the run handles them; the filter must
+    # keep passing lines on, not die and lose them.
+    child = tmp_path / "child.py"
+    child.write_text(textwrap.dedent(f"""
+        import os, signal, time
+        from tfgpu.startup_log import hold_back
+        signal.signal(signal.SIGUSR1, lambda *a: None)
+        with hold_back(2) as log:
+            os.write(2, b"{I_LINE}\\n")
+            time.sleep(0.3)
+            os.killpg(0, signal.SIGUSR1)
+            time.sleep(0.3)
+            os.write(2, b"{E_LINE}\\n")
+        print(len(log.lines), [shown for _, shown in log.lines])
+    """))
+    result = run_python(f"""
+        import subprocess, sys
+        out = subprocess.run([sys.executable, {str(child)!r}], capture_output=True, text=True,
+                             start_new_session=True)
+        print(out.returncode, out.stdout.strip(), "|", out.stderr.strip())
+    """)
+    assert result.stdout.strip() == f"0 2 [False, True] | {E_LINE}", result.stdout + result.stderr

@@ -387,6 +387,13 @@ class _Filter:
 
 
 def _main(argv: list[str]) -> int:
+    import signal  # noqa: PLC0415
+
+    # Ctrl-C, a scheduler's SIGTERM or a requeue signal to the whole process group are the run's to handle:
+    # the filter lives until the last writer of the pipe is gone (end of file), so no line is lost.
+    for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.SIG_IGN)
     level, token = int(argv[0]), argv[1].encode()
     end = b"\0tfgpu-startup-end-" + token
     sorter = _Filter(level, 2)
