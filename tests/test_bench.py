@@ -8,6 +8,7 @@ consistent and reported.
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -23,6 +24,8 @@ def bench(*args: str) -> str:
     result = run_cli("bench", *args, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Traceback" not in result.stderr
+    # tensorflow.log_level (2 by default) holds TensorFlow's start-up INFO/WARNING lines back
+    assert not re.search(r"^[IW][0-9]{4} ", result.stderr, re.M) and "absl::InitializeLog" not in result.stderr
     return result.stdout
 
 

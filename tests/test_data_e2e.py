@@ -8,6 +8,7 @@ Keras built-in in CIFAR's own layout; TensorBoard logs read back with both loops
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -36,6 +37,8 @@ def train(tmp_path: Path, recipe: str, *sets: str) -> tuple[Path, dict]:
 def evaluate(run_dir: Path, *sets: str) -> dict:
     result = run_cli("evaluate", str(run_dir), *sets)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    # tensorflow.log_level (2 by default) holds TensorFlow's start-up INFO/WARNING lines back
+    assert not re.search(r"^[IW][0-9]{4} ", result.stderr, re.M) and "absl::InitializeLog" not in result.stderr
     return json.loads((run_dir / "evaluation.json").read_text())
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -30,8 +31,12 @@ def evaluate(model_path: Path) -> float:
 def test_two_replica_run_writes_a_complete_run_directory(two_replica_runs, loop):
     result, run_dir = two_replica_runs[loop]
     assert sorted(p.name for p in run_dir.iterdir()) == [
-        "config.resolved.yaml", "config.yaml", "metrics.csv", "model.keras", "plan.json", "summary.json"]
+        "config.resolved.yaml", "config.yaml", "metrics.csv", "model.keras", "plan.json", "startup.log",
+        "summary.json"]  # no temporary file, no reserve, no checkpoint once model.keras holds the result
     assert "global batch: 128 per replica x 2 replicas = 256" in result.stdout
+    # TensorFlow's start-up INFO/WARNING lines are held back (tensorflow.log_level 2), into startup.log
+    assert not re.search(r"^[IW][0-9]{4} ", result.stdout + result.stderr, re.M)
+    assert "absl::InitializeLog" in (run_dir / "startup.log").read_text()
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["loop"] == loop
     assert summary["strategy"] == "MirroredStrategy" and summary["num_replicas"] == 2

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -189,6 +190,8 @@ def test_launch_with_the_defaults_keeps_one_logical_cpu():
     assert result.returncode == 0, result.stderr[-3000:]
     # No split: /cpu:1 does not exist, and soft placement (on by default) runs the op on /cpu:0.
     assert "logical ['/device:CPU:0']" in result.stdout and "sum 9.0" in result.stdout
+    # The bootstrap holds TensorFlow's start-up INFO/WARNING lines back (tensorflow.log_level 2)
+    assert not re.search(r"^[IW][0-9]{4} ", result.stderr, re.M) and "absl::InitializeLog" not in result.stderr
 
 
 @pytest.mark.slow
