@@ -8,7 +8,8 @@ process of :func:`tfgpu.probe.probe_tensorflow`) turns memory growth on for
 each GPU before listing logical devices when it was given no config, so the
 probe never takes a GPU's memory; :mod:`tfgpu.checkpoint` and
 :mod:`tfgpu.launch` install signal handlers while a run or launch lasts (and
-put the previous ones back); :mod:`tfgpu.bootstrap` sets ``sys.argv`` and
+put the previous ones back); :mod:`tfgpu.startup_log` points fd 2 at its filter
+while :func:`tfgpu.setup` applies a plan (and restores it); :mod:`tfgpu.bootstrap` sets ``sys.argv`` and
 ``sys.path`` for the script it runs and installs :mod:`tfgpu.keras_fixes`
 (as :func:`start_strategy` does here) for several workers. A setting that
 TensorFlow can no longer change (its devices were already initialised) is
