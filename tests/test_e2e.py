@@ -37,6 +37,7 @@ def test_two_replica_run_writes_a_complete_run_directory(two_replica_runs, loop)
     # TensorFlow's start-up INFO/WARNING lines are held back (tensorflow.log_level 2), into startup.log
     assert not re.search(r"^[IW][0-9]{4} ", result.stdout + result.stderr, re.M)
     assert "absl::InitializeLog" in (run_dir / "startup.log").read_text()
+    assert json.loads((run_dir / "summary.json").read_text())["startup_log"] == str(run_dir / "startup.log")
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["loop"] == loop
     assert summary["strategy"] == "MirroredStrategy" and summary["num_replicas"] == 2
