@@ -271,17 +271,17 @@ def process_alive(record: Optional[dict[str, Any]]) -> Optional[bool]:
     host, or no record: a run directory written by an earlier tfgpu)."""
     import socket  # noqa: PLC0415
 
-    if not record or record.get("host") != socket.gethostname():
+    if not record or record.get("host") != socket.gethostname() or not isinstance(record.get("pid"), int):
         return None
-    pid = record.get("pid")
+    pid = record["pid"]
     try:
-        os.kill(int(pid), 0)
+        os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except (PermissionError, TypeError, ValueError, OSError):
+    except OSError:  # e.g. PermissionError: it exists, owned by another user
         pass
     start = record.get("start")
-    return start is None or _start_ticks(int(pid)) == start
+    return start is None or _start_ticks(pid) == start
 
 
 def stale_status(summary: dict[str, Any]) -> Optional[str]:

@@ -202,7 +202,11 @@ class RunDir:
                 "restored_from": {"epoch": state["epoch"], "step": state["step"]} if state else None}
         self.summary = summary
         self._reserve(cfg.train.epochs)
-        write_json(self.path / SUMMARY_FILE, summary)
+        try:
+            write_json(self.path / SUMMARY_FILE, summary)
+        except TfgpuError:
+            remove_quietly(self.path / RESERVE_FILE)
+            raise
 
     def record(self, fields: dict[str, Any]) -> None:
         """Add ``fields`` to the summary (written at the next write); a dict merges into a dict already there."""
