@@ -24,6 +24,9 @@ from tfgpu.results import disk_full, ensure_room, failed_file, process_alive, pr
 from .conftest import RECIPES, child_env, one_paragraph, run_cli
 
 TWO_EPOCHS = ["--set", "train.epochs=2", "--set", "train.progress=epoch"]
+#: The seam tests train the smallest real recipe (569 rows of CSV: 4 s a run against MNIST's 6);
+#: the 120 KiB scenario below is the issue's, on MNIST.
+SMALL = str(RECIPES / "breast_cancer.yaml")
 #: Names a failed write could leave behind.
 TEMPORARY = (".tmp", "_temp", ".reserve", ".restore.weights.h5", ".tmp.keras")
 
@@ -122,11 +125,11 @@ def test_a_running_status_left_by_a_process_that_ended_is_stale():
 #: seam -> the file pointed at /dev/full before the run and the file the error names (relative to the run
 #: directory), and whether the run had begun (written summary.json; the error then says how to resume).
 #: metrics.csv is read before it is appended to (reading /dev/full never ends): it has its tmpfs test below.
+#: The other atomic writes (startup.log, checkpoint/progress.json, workers.json, evaluation.json) go through the
+#: same tfgpu.results.replace_atomic as these.
 SEAMS = {
     "config": (".config.resolved.yaml.tmp", "config.resolved.yaml", False),
     "plan": (".plan.json.tmp", "plan.json", False),
-    "startup log": (".startup.log.tmp", "startup.log", False),
-    "progress": ("checkpoint/.progress.json.tmp", "checkpoint/progress.json", True),
     "commit record": ("checkpoint/.state.json.tmp", "checkpoint/state.json", True),
     "model.keras": (".model.tmp.keras", "model.keras", True),
 }
@@ -140,7 +143,7 @@ def test_a_full_disk_at_each_write_seam_exits_8_keeps_the_run_and_resume_finishe
     planted = run_dir / relative
     planted.parent.mkdir(parents=True)
     os.symlink("/dev/full", planted)
-    failed = run_cli("run", str(RECIPES / "mnist.yaml"), *TWO_EPOCHS, "--resume", str(run_dir))
+    failed = run_cli("run", SMALL, *TWO_EPOCHS, "--resume", str(run_dir))
     assert failed.returncode == 8, failed.stdout[-2000:] + failed.stderr[-3000:]
     error = the_error(failed.stderr)
     one_paragraph(error)
@@ -158,7 +161,7 @@ def test_a_full_disk_at_each_write_seam_exits_8_keeps_the_run_and_resume_finishe
         assert not (run_dir / "summary.json").exists()
         if seam != "plan":  # (plan: config.yaml was written, summary.json not; the other two are the same case)
             return
-    again = ["--resume", str(run_dir)] if begun else [str(RECIPES / "mnist.yaml"), *TWO_EPOCHS, "--resume", str(run_dir)]
+    again = ["--resume", str(run_dir)] if begun else [SMALL, *TWO_EPOCHS, "--resume", str(run_dir)]
     resumed = run_cli("run", *again, "--set", "train.progress=epoch")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert epochs_in(run_dir) == [0, 1]
@@ -169,9 +172,8 @@ def test_a_full_disk_at_each_write_seam_exits_8_keeps_the_run_and_resume_finishe
 @pytest.mark.slow
 def test_a_summary_that_cannot_be_updated_is_known_stale_and_resume_finishes(tmp_path):
     run_dir = tmp_path / "run"
-    proc = subprocess.Popen([*run_cli_command(), "run", str(RECIPES / "mnist.yaml"), "--set", "train.epochs=3",
-                             "--resume", str(run_dir)], env=child_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([*run_cli_command(), "run", SMALL, "--set", "train.epochs=10", "--resume", str(run_dir)],
+                            env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120
     while not (run_dir / "summary.json").exists() and time.time() < deadline and proc.poll() is None:
         time.sleep(0.01)
@@ -186,7 +188,7 @@ def test_a_summary_that_cannot_be_updated_is_known_stale_and_resume_finishes(tmp
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     restart = summary_of(run_dir)["restarts"][-1]
     assert restart["previous_status"] == "running" and "has ended" in restart["previous_status_stale"]
-    assert epochs_in(run_dir) == [0, 1, 2]
+    assert epochs_in(run_dir) == list(range(10))
 
 
 def run_cli_command() -> list[str]:
@@ -244,17 +246,15 @@ def test_a_120_kib_disk_ends_the_run_cleanly_and_after_it_grows_resume_gives_eac
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("where, loop", [("checkpoint", "fit"), ("checkpoint", "custom"), ("tensorboard", "fit")])
-def test_a_full_checkpoint_or_tensorboard_folder_exits_8_naming_it(tmp_path, tmpfs, where, loop):
+def test_a_full_tensorboard_folder_exits_8_naming_its_event_file(tmp_path, tmpfs):
     run_dir = tmp_path / "run"
-    tmpfs("8k", run_dir / where)
-    failed = run_cli("run", str(RECIPES / "mnist.yaml"), *TWO_EPOCHS, "--set", f"train.loop={loop}",
-                     "--set", "output.tensorboard=true", "--resume", str(run_dir))
+    tmpfs("8k", run_dir / "tensorboard")
+    failed = run_cli("run", SMALL, *TWO_EPOCHS, "--set", "output.tensorboard=true", "--resume", str(run_dir))
     assert failed.returncode == 8, failed.stdout[-2000:] + failed.stderr[-3000:]
     error = the_error(failed.stderr)
     one_paragraph(error)
-    assert f"cannot write {run_dir / where}" in error and "of 8.0 KiB" in error
-    assert leftovers(run_dir) == []
+    assert f"cannot write {run_dir / 'tensorboard'}" in error and "events.out.tfevents" in error
+    assert "of 8.0 KiB" in error and leftovers(run_dir) == []
     assert summary_of(run_dir)["status"] == "failed"
 
 
@@ -271,7 +271,7 @@ def test_a_full_disk_under_metrics_csv_exits_8_and_resume_finishes(tmp_path, tmp
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     os.symlink(disk / "metrics.csv", run_dir / "metrics.csv")
-    failed = run_cli("run", str(RECIPES / "mnist.yaml"), *TWO_EPOCHS, "--resume", str(run_dir))
+    failed = run_cli("run", SMALL, *TWO_EPOCHS, "--resume", str(run_dir))
     assert failed.returncode == 8, failed.stdout[-2000:] + failed.stderr[-3000:]
     error = the_error(failed.stderr)
     one_paragraph(error)
