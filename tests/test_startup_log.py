@@ -6,6 +6,7 @@ The filter is a real process on a real pipe in every test here; the end-to-end o
 from __future__ import annotations
 
 import json
+import os
 import re
 import textwrap
 
@@ -136,8 +137,6 @@ def test_setup_holds_tensorflows_start_up_lines_in_a_file_and_restores_fd_2():
     assert f"{I_LINE} written after setup" in result.stderr  # fd 2 is the process's own again
     held = open(path).read()
     assert NOTICE in held and "port.cc" in held
-    import os  # noqa: PLC0415
-
     os.unlink(path)
 
 
@@ -214,3 +213,16 @@ def test_the_filter_outlives_a_signal_to_the_whole_process_group(tmp_path):
         print(out.returncode, out.stdout.strip(), "|", out.stderr.strip())
     """)
     assert result.stdout.strip() == f"0 2 [False, True] | {E_LINE}", result.stdout + result.stderr
+
+
+def test_setups_outside_a_run_keep_only_the_newest_start_up_logs(tmp_path):
+    folder = tmp_path / f"tfgpu-{os.getuid()}"
+    folder.mkdir()
+    for i in range(105):
+        path = folder / f"startup-{i}.log"
+        path.write_text("x")
+        os.utime(path, (1_000_000 + i, 1_000_000 + i))
+    result = run_python("from tfgpu.startup_log import default_file; print(default_file())", TMPDIR=str(tmp_path))
+    assert result.stdout.strip().startswith(str(folder / "startup-"))
+    kept = sorted(int(p.stem.split("-")[1]) for p in folder.iterdir())
+    assert kept == list(range(6, 105))  # 99 old ones and room for the new one: 100

@@ -337,10 +337,21 @@ def write_held(log: StartupLog, path: Path) -> Optional[Path]:
     return path
 
 
+#: How many start-up logs of :func:`tfgpu.setup` outside a run are kept (the oldest are removed).
+KEEP_FILES = 100
+
+
 def default_file() -> Path:
     """Where :func:`tfgpu.setup` (outside ``tfgpu run``) puts the held-back lines:
-    ``<temp dir>/tfgpu-<uid>/startup-<pid>.log``."""
-    return Path(tempfile.gettempdir()) / f"tfgpu-{os.getuid()}" / f"startup-{os.getpid()}.log"
+    ``<temp dir>/tfgpu-<uid>/startup-<pid>.log``; the folder keeps the newest :data:`KEEP_FILES`."""
+    folder = Path(tempfile.gettempdir()) / f"tfgpu-{os.getuid()}"
+    try:
+        logs = sorted(folder.glob("startup-*.log"), key=lambda p: p.stat().st_mtime)
+        for old in logs[:max(0, len(logs) - KEEP_FILES + 1)]:
+            old.unlink()
+    except OSError:
+        pass
+    return folder / f"startup-{os.getpid()}.log"
 
 
 # The filter process ------------------------------------------------------------------------------------------------
