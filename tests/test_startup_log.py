@@ -12,7 +12,9 @@ import textwrap
 
 import pytest
 
+from tfgpu.config import load_config
 from tfgpu.doctor import check_startup_log, describe_startup_log
+from tfgpu.plan import make_plan
 from tfgpu.probe import Facts, Probe, TensorflowFacts
 from tfgpu.startup_log import StartupLog, level_in_force, severity, why_harmless
 
@@ -42,15 +44,16 @@ def test_severity_knows_tensorflows_line_formats_and_nothing_else(line, expected
     assert severity(line.encode()) == expected
 
 
-@pytest.mark.parametrize("explicit, placement, env, level", [
-    (True, False, {"TF_CPP_MIN_LOG_LEVEL": "0"}, 3),  # the config wins when it sets the key
-    (False, False, {"TF_CPP_MIN_LOG_LEVEL": "0"}, 0),  # else an existing variable is kept
-    (False, False, {}, 3),                            # else the config's (default 2; 3 here)
-    (False, True, {}, 0),                             # placement lines are INFO
-    (False, False, {"TF_CPP_MIN_LOG_LEVEL": "x"}, 0),  # TensorFlow reads junk as 0
+@pytest.mark.parametrize("given, env, level", [
+    ({"tensorflow": {"log_level": 3}}, {"TF_CPP_MIN_LOG_LEVEL": "0"}, 3),  # the config wins when it sets the key
+    ({}, {"TF_CPP_MIN_LOG_LEVEL": "0"}, 0),                               # else an existing variable is kept
+    ({}, {}, 2),                                                           # else the default, 2
+    ({"devices": {"log_device_placement": True}}, {}, 0),                 # placement lines are INFO
+    ({}, {"TF_CPP_MIN_LOG_LEVEL": "x"}, 0),                               # TensorFlow reads junk as 0
 ])
-def test_the_level_in_force_is_the_one_the_plan_gives_tensorflow(explicit, placement, env, level):
-    assert level_in_force(3, explicit, placement, env) == level
+def test_the_level_held_back_below_is_the_one_the_plan_starts_tensorflow_with(given, env, level):
+    plan = make_plan(load_config(given), Probe(env=env))
+    assert level_in_force(plan.env, env) == level
 
 
 def test_known_harmless_errors_are_named_only_where_they_are_harmless():

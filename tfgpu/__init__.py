@@ -209,6 +209,7 @@ def _setup(config: Any = None, start: bool = True, keep_log: bool = True, **sect
     ``keep_log=False`` leaves the held-back start-up lines to the caller (``tfgpu run`` writes them into the run
     directory)."""
     global _applied
+    from .plan import make_plan  # noqa: PLC0415
     from .probe import probe  # noqa: PLC0415
     from .startup_log import default_file, gpus_hidden, hold_back, level_in_force, write_held  # noqa: PLC0415
 
@@ -220,10 +221,9 @@ def _setup(config: Any = None, start: bool = True, keep_log: bool = True, **sect
     else:
         from .apply import apply_config  # noqa: PLC0415
     machine = probe()
-    tfc = cfg.tensorflow
-    level = level_in_force(tfc.log_level, "log_level" in tfc.model_fields_set, cfg.devices.log_device_placement)
-    with hold_back(level, cfg.devices.visible_gpus == "none" or gpus_hidden()) as log:
-        plan, applied = apply_config(cfg, machine, start=start)
+    plan = make_plan(cfg, machine)  # the level and the visible GPUs TensorFlow will start with
+    with hold_back(level_in_force(plan.env), gpus_hidden({**os.environ, **plan.env})) as log:
+        plan, applied = apply_config(cfg, machine, start=start, plan=plan)
     note = log.note()
     if note:
         print(note, file=sys.stderr, flush=True)

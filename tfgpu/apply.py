@@ -151,7 +151,8 @@ def _tensorflow_gpus(tf: Any) -> tuple[GpuInfo, ...]:
     return tuple(gpus)
 
 
-def apply_config(config: Any, machine: Probe, start: bool = True) -> tuple[Plan, Applied]:
+def apply_config(config: Any, machine: Probe, start: bool = True,
+                 plan: Optional[Plan] = None) -> tuple[Plan, Applied]:
     """Plan ``config`` for ``machine``, reconcile with the GPUs TensorFlow lists, and apply.
 
     NVML and TensorFlow can disagree: NVML lists GPUs that a CPU-only
@@ -161,6 +162,9 @@ def apply_config(config: Any, machine: Probe, start: bool = True) -> tuple[Plan,
     not initialise them); on disagreement the plan is remade for what
     TensorFlow will use, with a warning saying why.
 
+    ``plan``: :func:`tfgpu.plan.make_plan`'s for ``config`` and ``machine``
+    when the caller made it already (default: made here).
+
     Returns:
         The plan applied, and :class:`Applied`.
 
@@ -169,7 +173,7 @@ def apply_config(config: Any, machine: Probe, start: bool = True) -> tuple[Plan,
         AlreadyInitializedError: see :func:`apply_plan`.
     """
     tf_was_imported = "tensorflow" in sys.modules
-    plan = make_plan(config, machine)
+    plan = plan if plan is not None else make_plan(config, machine)
     if not tf_was_imported:
         set_environment(plan.env)
         tf = import_tensorflow()

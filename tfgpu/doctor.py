@@ -672,11 +672,16 @@ def startup_lines(facts: Facts, config: Optional[Config]) -> list[dict[str, Any]
 
 
 def _log_level(facts: Facts, config: Optional[Config]) -> int:
-    if config is None:
-        return level_in_force(2, False, env=facts.machine.env)
-    tfc = config.tensorflow
-    return level_in_force(tfc.log_level, "log_level" in tfc.model_fields_set, config.devices.log_device_placement,
-                          env=facts.machine.env)
+    """The level ``tfgpu run`` would start TensorFlow with on this machine: its plan's (the defaults without a
+    config), else, for a config that cannot be planned here, the config's ``tensorflow.log_level``."""
+    from .plan import make_plan  # noqa: PLC0415
+
+    config = config if config is not None else Config()
+    try:
+        plan_env = make_plan(config, facts.machine).env
+    except TfgpuError:
+        plan_env = {"TF_CPP_MIN_LOG_LEVEL": str(config.tensorflow.log_level)}
+    return level_in_force(plan_env, facts.machine.env)
 
 
 def check_startup_log(facts: Facts, config: Optional[Config]) -> list[Finding]:

@@ -128,7 +128,8 @@ class RunDir:
             path.mkdir(parents=True)
         except OSError as exc:
             raise OutputError(f"output.dir: worker {index} cannot create its scratch directory {path}: "
-                              f"{exc.strerror or exc}.", "set output.dir to a directory every worker can write.") from None
+                              f"{exc.strerror or exc}.",
+                              "set output.dir to a directory every worker can write.") from None
         return cls(path, chief=False, home=Path(given) if given else path)
 
     @classmethod
@@ -143,7 +144,11 @@ class RunDir:
         return cls(create_run_dir(cfg.output.dir, cfg.output.name or (Path(recipe).stem if recipe else "run")))
 
     def load_summary(self) -> dict[str, Any]:
-        """``summary.json`` as the run last wrote it (``{"status": "failed"}`` when there is none or it cannot be read)."""
+        """``summary.json`` as the run last wrote it (``{"status": "failed"}`` when there is none).
+
+        Raises:
+            OutputError: it exists but cannot be read or parsed.
+        """
         summary = ckpt.read_json(self.path / SUMMARY_FILE)
         return summary if summary is not None else {"status": "failed"}
 
@@ -184,7 +189,8 @@ class RunDir:
         held = info.startup_log.held if info.startup_log is not None else ""
         if held:
             write_atomic(self.path / STARTUP_LOG_FILE, held)
-        summary: dict[str, Any] = {"status": "running", "recipe": str(self.recipe) if self.recipe else None, "run_dir": str(self.path), "cwd": os.getcwd(),
+        summary: dict[str, Any] = {"status": "running", "recipe": str(self.recipe) if self.recipe else None,
+                                   "run_dir": str(self.path), "cwd": os.getcwd(),
                                    "started_at": started_at, "process": process_record(), **facts,
                                    "tensorboard": str(self.path / "tensorboard") if cfg.output.tensorboard else None,
                                    "startup_log": str(self.path / STARTUP_LOG_FILE) if held else None, "epochs": []}

@@ -216,26 +216,18 @@ def _short(text: str, limit: int = 90) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
-def level_in_force(setting: int, explicit: bool, placement: bool = False,
-                   env: Optional[dict] = None) -> int:
-    """The ``TF_CPP_MIN_LOG_LEVEL`` TensorFlow will run with (what :func:`tfgpu.plan.make_plan` sets).
+def level_in_force(plan_env: dict, env: Optional[dict] = None) -> int:
+    """The ``TF_CPP_MIN_LOG_LEVEL`` TensorFlow will run with: the plan's (``plan_env``, what tfgpu sets: see
+    :func:`tfgpu.plan.make_plan`), else the one in ``env`` (default ``os.environ``), else TensorFlow's 0.
 
-    Args:
-        setting: ``tensorflow.log_level``; explicit: it was set in the config.
-        placement: ``devices.log_device_placement`` (placements are INFO lines: 0 when not explicit).
-        env: the environment (default ``os.environ``): an existing value is kept when not explicit.
+    A value TensorFlow cannot parse counts as 0, as TensorFlow reads it.
     """
-    if explicit:
-        return setting
-    if placement:
+    environ = os.environ if env is None else env
+    value = plan_env.get("TF_CPP_MIN_LOG_LEVEL", environ.get("TF_CPP_MIN_LOG_LEVEL", "0"))
+    try:
+        return max(0, min(3, int(value)))
+    except ValueError:
         return 0
-    value = (os.environ if env is None else env).get("TF_CPP_MIN_LOG_LEVEL")
-    if value is not None:
-        try:
-            return max(0, min(3, int(value)))
-        except ValueError:
-            return 0  # TensorFlow reads a value it cannot parse as 0
-    return setting
 
 
 @contextlib.contextmanager

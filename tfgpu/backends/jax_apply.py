@@ -18,7 +18,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
-from typing import Any
+from typing import Any, Optional
 
 from ..errors import AlreadyInitializedError, DeviceError
 from ..plan import Plan, make_plan
@@ -67,7 +67,8 @@ def _conflicts(plan: Plan) -> list[tuple[str, str, str]]:
     return out
 
 
-def apply_jax_config(config: Any, machine: Probe, start: bool = True) -> tuple[Plan, Any]:
+def apply_jax_config(config: Any, machine: Probe, start: bool = True,
+                     plan: Optional[Plan] = None) -> tuple[Plan, Any]:
     """Plan ``config`` (``backend: jax``) for ``machine``, set JAX's environment, import Keras, make the Keras calls.
 
     NVML and JAX can disagree: NVML lists GPUs that a jaxlib without its CUDA
@@ -79,6 +80,8 @@ def apply_jax_config(config: Any, machine: Probe, start: bool = True) -> tuple[P
         machine: :func:`tfgpu.probe.probe`'s facts.
         start: unused on JAX (there is no context to leave unstarted); kept so
             :func:`tfgpu.apply.apply_config` and this have one signature.
+        plan: :func:`tfgpu.plan.make_plan`'s for ``config`` and ``machine`` when
+            the caller made it already (default: made here).
 
     Returns:
         The plan applied, and :class:`tfgpu.apply.Applied` whose devices are
@@ -94,7 +97,7 @@ def apply_jax_config(config: Any, machine: Probe, start: bool = True) -> tuple[P
     """
     from ..apply import Applied, reconcile, set_environment  # noqa: PLC0415
 
-    plan = make_plan(config, machine)
+    plan = plan if plan is not None else make_plan(config, machine)
     conflicts = _conflicts(plan)
     if conflicts:
         items = "\n".join(f"  - {key}: {what} cannot be applied: {why}." for key, what, why in conflicts)
