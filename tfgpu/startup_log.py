@@ -361,11 +361,10 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 class _Filter:
-    """Sorts lines into shown (written to ``out``) and held, and records every TensorFlow line."""
+    """Sorts lines into shown and held back, and records every TensorFlow line with which it was."""
 
-    def __init__(self, level: int, out: int) -> None:
+    def __init__(self, level: int) -> None:
         self.level = level
-        self.out = out
         self.report: list[bytes] = []
 
     def lines(self, lines: list[bytes], ends: list[bytes]) -> bytes:
@@ -375,11 +374,8 @@ class _Filter:
         for line, end in zip(lines, ends):
             level = severity(line)
             if level is None and held_before and line.startswith(_CONTINUES) and not line.startswith(_PYTHON):
-                level = -1  # the continuation of the message just held back
-            if level == -1:
-                hold = True
-            else:
-                hold = level is not None and level < self.level
+                level = -1  # the continuation of the message just held back: held with it
+            hold = level is not None and level < self.level
             if level is not None:
                 text = line.decode("utf-8", "surrogateescape")
                 self.report.append(json.dumps([text, not hold]).encode("utf-8", "surrogateescape") + b"\n")
@@ -399,7 +395,7 @@ def _main(argv: list[str]) -> int:
             signal.signal(getattr(signal, name), signal.SIG_IGN)
     level, token = int(argv[0]), argv[1].encode()
     end = b"\0tfgpu-startup-end-" + token
-    sorter = _Filter(level, 2)
+    sorter = _Filter(level)
     source, pending, reported = 0, b"", False
     while True:
         if pending and not reported:
