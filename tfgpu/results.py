@@ -200,15 +200,15 @@ def _size(n: float) -> str:
     return f"{n} B"
 
 
-def free_space(path: Path) -> str:
-    """``"<free> free of <total>"`` on the filesystem holding ``path`` (or its nearest existing ancestor)."""
+def _measured(path: Path) -> tuple[Path, Optional[Any]]:
+    """The nearest of ``path`` and its ancestors whose filesystem can be measured, and its
+    ``shutil.disk_usage`` (``None`` when none can be)."""
     for where in (path, *path.parents):
         try:
-            usage = shutil.disk_usage(where)
+            return where, shutil.disk_usage(where)
         except OSError:
             continue
-        return f"{_size(usage.free)} free of {_size(usage.total)}"
-    return "free space unknown"
+    return path, None
 
 
 def disk_full_error(code: int, path: Optional[Path], where: Path, kept: str, hint: str,
@@ -217,17 +217,17 @@ def disk_full_error(code: int, path: Optional[Path], where: Path, kept: str, hin
 
     Args:
         code: ``ENOSPC`` or ``EDQUOT``; path: the file (``None``: unknown);
-        where: a directory on the full filesystem; kept: what is kept, one
-        sentence (or ``""``); hint: the fix; needed: bytes the write needs, when known.
+        where: a directory on the full filesystem (or below its nearest existing
+        ancestor); kept: what is kept, one sentence (or ``""``); hint: the fix;
+        needed: bytes the write needs, when known.
     """
     what = "the disk is full" if code == errno.ENOSPC else "the disk quota is used up"
     target = str(path) if path is not None else f"a file in {where}"
-    while not where.exists() and where != where.parent:
-        where = where.parent
+    where, usage = _measured(where)
+    free = f"{_size(usage.free)} free of {_size(usage.total)}" if usage is not None else "free space unknown"
     need = f"about {_size(needed)} needed, " if needed is not None else ""
-    return DiskFull(f"{what}: cannot write {target} ({need}{FULL_ERRNOS[code]}); {free_space(where)} on the "
-                    f"filesystem of {where}." + (f" {kept}" if kept else ""), hint, str(path) if path else None, code,
-                    needed)
+    return DiskFull(f"{what}: cannot write {target} ({need}{FULL_ERRNOS[code]}); {free} on the filesystem of "
+                    f"{where}." + (f" {kept}" if kept else ""), hint, str(path) if path else None, code, needed)
 
 
 def ensure_room(path: Path, needed: int) -> None:
@@ -239,15 +239,10 @@ def ensure_room(path: Path, needed: int) -> None:
     close, seen with h5py 3 here), so those writes are checked first. A
     filesystem that cannot be measured passes.
     """
-    for where in (path.parent, *path.parent.parents):
-        try:
-            free = shutil.disk_usage(where).free
-        except OSError:
-            continue
-        if free < needed:
-            raise disk_full_error(errno.ENOSPC, path, where, "", "free space on that filesystem, then run the "
-                                  "command again.", needed)
-        return
+    where, usage = _measured(path.parent)
+    if usage is not None and usage.free < needed:
+        raise disk_full_error(errno.ENOSPC, path, where, "", "free space on that filesystem, then run the command "
+                              "again.", needed)
 
 
 def process_record() -> dict[str, Any]:

@@ -29,16 +29,14 @@ RUN_DIR_ENV = "TFGPU_RUN_DIR"
 
 @dataclass(frozen=True)
 class Resumed:
-    """A run being continued.
+    """A run being continued (its directory is the one :func:`request` returns with it).
 
     Attributes:
-        dir: its run directory (the chief's).
         summary: its last ``summary.json``.
         why: what resumes it (``tfgpu run --resume``, or why a worker group restarted).
         state: the commit record of its last checkpoint (:func:`tfgpu.checkpoint.read_state`), or ``None``.
     """
 
-    dir: Path
     summary: dict[str, Any]
     why: str
     state: Optional[dict[str, Any]]
@@ -74,7 +72,7 @@ def request(recipe: Optional[str], overrides: Sequence[str], resume: Optional[st
     if target is None or not is_run_dir(target):
         return load_config(recipe, overrides=overrides), None, target
     cfg, previous = load_resumed(target, recipe, overrides)
-    return cfg, Resumed(target, previous, why, read_state(target)), target
+    return cfg, Resumed(previous, why, read_state(target)), target
 
 
 def _flat(data: Any, prefix: str = "") -> dict[str, Any]:

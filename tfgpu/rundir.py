@@ -58,6 +58,11 @@ RESERVE_BYTES = 16 * 1024
 RESERVE_BYTES_PER_EPOCH = 1024
 
 
+def run_name(cfg: Config, recipe: Optional[str]) -> str:
+    """The name a new run directory starts with: ``output.name``, else the recipe's file name, else ``run``."""
+    return cfg.output.name or (Path(recipe).stem if recipe else "run")
+
+
 class RunDir:
     """One run's directory: where it is, what it writes, and how the run ended.
 
@@ -108,7 +113,7 @@ class RunDir:
 
     @classmethod
     def _open(cls, cfg: Config, recipe: Optional[str], info: Any, target: Optional[Path]) -> "RunDir":
-        name = cfg.output.name or (Path(recipe).stem if recipe else "run")
+        name = run_name(cfg, recipe)
         given = str(target) if target else os.environ.get(RUN_DIR_ENV)
         if info.is_chief:
             if target:
@@ -141,7 +146,7 @@ class RunDir:
         """
         if target is not None:
             return cls(open_run_dir(target))
-        return cls(create_run_dir(cfg.output.dir, cfg.output.name or (Path(recipe).stem if recipe else "run")))
+        return cls(create_run_dir(cfg.output.dir, run_name(cfg, recipe)))
 
     def load_summary(self) -> dict[str, Any]:
         """``summary.json`` as the run last wrote it (``{"status": "failed"}`` when there is none).
