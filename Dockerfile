@@ -2,8 +2,8 @@
 # image (a BASE with Python 3.10+ and pip but no TensorFlow).
 #
 #   docker build -t tfgpu .
-#   docker run --rm --gpus all tfgpu doctor
-#   docker run --rm --init --gpus all --user "$(id -u):$(id -g)" \
+#   docker run --rm --gpus all --shm-size=1g tfgpu doctor
+#   docker run --rm --init --gpus all --shm-size=1g --user "$(id -u):$(id -g)" \
 #       -v "$PWD/data:/data" -v "$PWD/runs:/work/runs" \
 #       tfgpu run recipes/mnist.yaml
 #

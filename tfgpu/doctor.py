@@ -52,6 +52,11 @@ JAX_INSTALL_CUDA12 = 'pip install -U "jax[cuda12]"'
 #: ``data.kind`` values that read their data with TensorFlow (``tf.data``), on either backend.
 TF_DATA_KINDS = tuple(NEEDS_TENSORFLOW)
 
+#: The ``/dev/shm`` NCCL asks containers for: its troubleshooting guide ("Shared memory",
+#: https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/troubleshooting/runtime_and_mpi_issues.html)
+#: passes ``--shm-size=1g`` to ``docker run``. Docker, Podman and Kubernetes give 64 MiB.
+SHM_MIN_MIB = 1024
+
 
 @dataclass(frozen=True)
 class Finding:
@@ -750,6 +755,60 @@ def check_memory_in_use(facts: Facts, config: Optional[Config]) -> list[Finding]
     return out
 
 
+def _nccl_use(facts: Facts, config: Optional[Config]) -> Optional[str]:
+    """Why NCCL would run in this process (``None``: it would not): the plan's reduction across GPUs, or, with no
+    config (or one that cannot be planned here), two or more visible GPUs on Linux, where NCCL is the default."""
+    m = facts.machine
+    if not m.platform.startswith("linux"):
+        return None
+    if config is not None:
+        from .plan import make_plan  # noqa: PLC0415
+
+        try:
+            strategy = make_plan(config, m).strategy
+        except TfgpuError:
+            strategy = None
+        if strategy is not None:
+            gpus = [d for d in strategy.devices if "gpu" in d.lower()]
+            if strategy.kind == "mirrored" and strategy.cross_device_ops == "nccl":
+                return f"the plan's mirrored strategy sums gradients across {len(gpus)} GPUs with NCCL"
+            if strategy.kind == "multi_worker_mirrored" and gpus and strategy.cross_device_ops in ("auto", "nccl"):
+                return (f"multi_worker_mirrored on GPUs with distribute.communication {strategy.cross_device_ops} "
+                        "uses NCCL (auto lets TensorFlow pick it on GPUs)")
+            if strategy.kind == "data_parallel" and len(gpus) > 1:
+                return f"JAX's data_parallel across {len(gpus)} GPUs reduces with NCCL"
+            return None
+    if len(m.gpus) >= 2:
+        return f"{len(m.gpus)} visible GPUs on Linux, where NCCL is the default reduction across GPUs"
+    return None
+
+
+def check_shm(facts: Facts, config: Optional[Config]) -> list[Finding]:
+    """``/dev/shm`` big enough for NCCL where NCCL would run: a container's default 64 MiB is not.
+
+    NCCL makes shared-memory segments in ``/dev/shm`` (between GPUs without
+    peer-to-peer access above all) and fails at start-up (``ncclShmOpen``,
+    ``failed to extend /dev/shm/nccl-...``) when they do not fit.
+    """
+    size = facts.machine.shm_mib
+    why = _nccl_use(facts, config)
+    if size is None or why is None:
+        return []
+    title = "/dev/shm for NCCL"
+    if size < SHM_MIN_MIB:
+        container = " (the default of a Docker, Podman or Kubernetes container)" if size == 64 else ""
+        return [Finding("shm", "warning", title,
+                        f"/dev/shm is {size} MiB{container}, below {SHM_MIN_MIB} MiB (NCCL's guide: --shm-size=1g); "
+                        f"NCCL runs here ({why}), puts its shared-memory segments in /dev/shm and, where the GPUs "
+                        "have no peer-to-peer access, fails at start-up when they do not fit (ncclShmOpen: failed "
+                        "to extend /dev/shm/nccl-...)",
+                        "start the container with --shm-size=1g (docker/podman run; or --ipc=host to use the host's "
+                        "/dev/shm); on Kubernetes mount an emptyDir with medium: Memory at /dev/shm ('tfgpu export "
+                        "tfjob' writes one); on a host, sudo mount -o remount,size=1G /dev/shm.")]
+    return [Finding("shm", "ok", title, f"/dev/shm is {size} MiB, at least the {SHM_MIN_MIB} MiB NCCL's "
+                                        f"guide asks for ({why})")]
+
+
 def check_config(facts: Facts, config: Optional[Config]) -> list[Finding]:
     """The active tfgpu config against this machine's GPUs (the same plan ``run`` applies)."""
     if config is None:
@@ -785,6 +844,7 @@ CHECKS: tuple[Callable[[Facts, Optional[Config]], list[Finding]], ...] = (
     check_startup_log,
     check_jax,
     check_memory_in_use,
+    check_shm,
     check_config,
 )
 

@@ -18,6 +18,11 @@ import yaml
 #: Port of each TFJob worker (the operator's default ``tfjob-port``).
 TFJOB_PORT = 2222
 
+#: ``sizeLimit`` of the memory-backed ``emptyDir`` each TFJob pod mounts at ``/dev/shm``: a pod's own is
+#: 64 MiB, and NCCL (the reduction across GPUs) fails at start-up without room for its segments there;
+#: 1Gi is the ``--shm-size=1g`` NCCL's troubleshooting guide gives (``tfgpu doctor``'s shm check).
+SHM_SIZE_LIMIT = "1Gi"
+
 
 def _job_name(recipe: str, name: Optional[str]) -> str:
     raw = name or Path(recipe).stem
@@ -84,7 +89,9 @@ def tfjob_manifest(recipe: str, config_yaml: str, overrides: Sequence[str], imag
 
     The operator starts one pod per worker and injects its ``TF_CONFIG``;
     each runs ``tfgpu run /etc/tfgpu/recipe.yaml`` from the ConfigMap.
-    Worker 0 is the chief.
+    Worker 0 is the chief. Every pod mounts a memory-backed ``emptyDir``
+    (:data:`SHM_SIZE_LIMIT`) at ``/dev/shm``: the 64 MiB a pod gets is too
+    small for NCCL's shared-memory segments.
     """
     job = _job_name(recipe, name)
     config_map = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"{job}-recipe"},
@@ -94,7 +101,8 @@ def tfjob_manifest(recipe: str, config_yaml: str, overrides: Sequence[str], imag
         "image": image,
         "command": _run_args("/etc/tfgpu/recipe.yaml", overrides),
         "ports": [{"name": "tfjob-port", "containerPort": TFJOB_PORT}],
-        "volumeMounts": [{"name": "recipe", "mountPath": "/etc/tfgpu", "readOnly": True}],
+        "volumeMounts": [{"name": "recipe", "mountPath": "/etc/tfgpu", "readOnly": True},
+                         {"name": "dshm", "mountPath": "/dev/shm"}],
     }
     if gpus_per_worker:
         container["resources"] = {"limits": {"nvidia.com/gpu": gpus_per_worker}}
@@ -110,14 +118,19 @@ def tfjob_manifest(recipe: str, config_yaml: str, overrides: Sequence[str], imag
                     "restartPolicy": "OnFailure",
                     "template": {"spec": {"containers": [container],
                                           "volumes": [{"name": "recipe",
-                                                       "configMap": {"name": f"{job}-recipe"}}]}},
+                                                       "configMap": {"name": f"{job}-recipe"}},
+                                                      {"name": "dshm",
+                                                       "emptyDir": {"medium": "Memory",
+                                                                    "sizeLimit": SHM_SIZE_LIMIT}}]}},
                 },
             },
         },
     }
     header = (f"# Written by: tfgpu export tfjob {recipe} --image {image} --workers {workers}\n"
               "# kubectl apply -f this file. The operator injects TF_CONFIG into each worker; worker 0 is the chief\n"
-              "# and writes the run directory (mount a volume at output.dir to keep it).\n")
+              "# and writes the run directory (mount a volume at output.dir to keep it). /dev/shm is a\n"
+              f"# memory-backed emptyDir of {SHM_SIZE_LIMIT} (a pod's own is 64 MiB, too small for NCCL); it counts\n"
+              "# toward the pod's memory.\n")
     return header + yaml.dump_all([config_map, tfjob], Dumper=_BlockDumper, sort_keys=False)
 
 

@@ -167,6 +167,8 @@ class Probe:
             jaxlib reads (``XLA_CLIENT_MEM_FRACTION`` in newer releases,
             ``XLA_PYTHON_CLIENT_MEM_FRACTION`` before), read from jaxlib's
             source without importing it; ``None`` without jaxlib.
+        shm_mib: the size of ``/dev/shm`` in MiB (:func:`shm_size_mib`), where
+            NCCL makes its shared-memory segments; ``None`` where there is none.
     """
 
     gpus: tuple[GpuInfo, ...] = ()
@@ -182,6 +184,7 @@ class Probe:
     in_container: bool = False
     wsl: bool = False
     jax_memory_fraction_env: Optional[str] = None
+    shm_mib: Optional[int] = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -547,7 +550,21 @@ def probe(nvml: Any = None) -> Probe:
         in_container=in_container(),
         wsl=_is_wsl(),
         jax_memory_fraction_env=jax_fraction_env(),
+        shm_mib=shm_size_mib(),
     )
+
+
+def shm_size_mib(path: str = "/dev/shm") -> Optional[int]:
+    """The size of the file system at ``path`` in MiB (``os.statvfs``), or ``None`` where it cannot be read.
+
+    Docker, Podman and Kubernetes give a container a 64 MiB ``/dev/shm``
+    unless told otherwise; a Linux host's is half its memory.
+    """
+    try:
+        st = os.statvfs(path)
+    except (OSError, AttributeError):  # no such path; no statvfs on Windows
+        return None
+    return st.f_blocks * st.f_frsize // 2**20
 
 
 def jax_fraction_env() -> Optional[str]:
