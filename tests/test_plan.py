@@ -255,12 +255,67 @@ def test_xla_auto_is_off_on_cpus_and_says_why():
     assert "XLA: off (auto: off on CPUs" in p.describe()
 
 
-@pytest.mark.parametrize("n, loop, expected", [(1, "fit", True), (1, "custom", True), (2, "fit", False),
-                                                (2, "custom", False)])
-def test_xla_auto_on_gpus_follows_keras_one_replica_rule(n, loop, expected):
-    p = plan(n, train={"loop": loop})
-    assert p.jit_compile is expected
-    assert ("one GPU replica" if expected else "several GPU replicas") in p.jit_compile_reason
+@pytest.mark.parametrize("n, loop, strategy, expected", [
+    (1, "fit", "auto", ("one_device", False)),       # tfgpu's one GPU is a OneDeviceStrategy: Keras says off
+    (1, "custom", "auto", ("one_device", False)),
+    (2, "fit", "auto", ("mirrored", False)),
+    (2, "custom", "auto", ("mirrored", False)),
+    (1, "fit", "default", ("default", True)),        # no tf.distribute strategy: Keras says on
+])
+def test_xla_auto_on_gpus_is_keras_rule_off_under_any_tf_distribute_strategy(n, loop, strategy, expected):
+    p = plan(n, train={"loop": loop}, distribute={"strategy": strategy})
+    assert (p.strategy.kind, p.jit_compile) == expected
+    if p.jit_compile:
+        assert "without a tf.distribute strategy" in p.jit_compile_reason
+    else:
+        assert "off on GPUs under tf.distribute." in p.jit_compile_reason
+        assert "off under any tf.distribute strategy" in p.jit_compile_reason
+    assert "not measured" in p.jit_compile_reason
+
+
+KERAS_AUTO_JIT = """
+import contextlib, json, os
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+import tensorflow as tf
+import keras
+
+def auto_jit(strategy=None):
+    with strategy.scope() if strategy else contextlib.nullcontext():
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+        model.compile("sgd", "mse", jit_compile="auto")
+    return model.jit_compile
+
+found = {"cpu_only": auto_jit(tf.distribute.OneDeviceStrategy("/cpu:0"))}
+# Keras's rule turns XLA off on CPU-only machines first; to read its strategy rule, let it see a GPU.
+real = tf.config.list_physical_devices
+tf.config.list_physical_devices = lambda kind=None: real(kind) + (
+    [tf.config.PhysicalDevice("/physical_device:GPU:0", "GPU")] if kind in (None, "GPU") else [])
+found["one_device"] = auto_jit(tf.distribute.OneDeviceStrategy("/cpu:0"))
+found["mirrored"] = auto_jit(tf.distribute.MirroredStrategy(["/cpu:0"]))
+found["default"] = auto_jit()
+tf.config.experimental.enable_op_determinism()
+found["default_deterministic"] = auto_jit()
+print("FOUND", json.dumps(found))
+"""
+
+
+def test_xla_auto_reason_agrees_with_what_the_installed_keras_does():
+    """Keras's own compile(jit_compile="auto"), run, against tfgpu's plan and its recorded reason."""
+    import json  # noqa: PLC0415
+
+    from tfgpu.plan import resolve_jit  # noqa: PLC0415
+
+    result = run_python(KERAS_AUTO_JIT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    keras = json.loads(result.stdout.split("FOUND", 1)[1])
+    assert keras == {"cpu_only": False, "one_device": False, "mirrored": False, "default": True,
+                     "default_deterministic": False}
+    assert resolve_jit("auto", False, "one_device")[0] is keras["cpu_only"]
+    for kind in ("one_device", "mirrored", "default"):
+        use, reason = resolve_jit("auto", True, kind)
+        assert use is keras[kind], (kind, reason)
+        assert ("auto: on" if use else "auto: off") in reason
+    assert resolve_jit("auto", True, "default", deterministic=True)[0] is keras["default_deterministic"]
 
 
 @pytest.mark.parametrize("setting", [True, False])

@@ -258,18 +258,34 @@ def _multi_worker(config: Config, logical: tuple[str, ...], gpu_count: int, prob
 CPU_XLA_REASON = "auto: off on CPUs, where XLA measured 2.8-4.4x slower for the seed CNN's step"
 
 
-def resolve_jit(setting: Any, on_gpus: bool, replicas: int) -> tuple[bool, str]:
-    """Resolve ``tensorflow.jit_compile`` for the device kind: ``(use XLA, reason)``.
+# Keras 3.15.1's Trainer._resolve_auto_jit_compile (keras/src/trainers/trainer.py), for TensorFlow:
+# False when no physical device is other than a CPU; False when the model was built under a
+# tf.distribute strategy (`if self._distribute_strategy: return False`, "Disable XLA with
+# tf.distribute"; tf.distribute.has_strategy() is true in any strategy's scope, OneDeviceStrategy
+# included, false for the default strategy); else model_supports_jit(model): every layer
+# supports XLA and op determinism is off. tfgpu follows it on GPUs; no GPU measurement was made.
+_STRATEGY_CLASS = {"one_device": "OneDeviceStrategy", "mirrored": "MirroredStrategy",
+                   "multi_worker_mirrored": "MultiWorkerMirroredStrategy"}
+KERAS_XLA_RULE = "Keras's jit_compile='auto' turns XLA off under any tf.distribute strategy; not measured by tfgpu"
+
+
+def resolve_jit(setting: Any, on_gpus: bool, strategy: str, deterministic: bool = False) -> tuple[bool, str]:
+    """Resolve ``tensorflow.jit_compile`` for the device kind and the strategy: ``(use XLA, reason)``.
 
     Args:
         setting: ``"auto"``, ``True`` or ``False``.
         on_gpus: the strategy's devices are GPUs (else CPUs).
-        replicas: replicas in sync.
+        strategy: the plan's strategy kind (``one_device``, ``mirrored``,
+            ``multi_worker_mirrored`` or ``default``).
+        deterministic: ``tensorflow.deterministic_ops``.
 
-    ``auto`` is off on CPUs (measured, see ``CPU_XLA_REASON``); on GPUs it
-    follows Keras's own ``jit_compile="auto"`` for one replica (on), and is off
-    with several replicas, where Keras turns XLA off under ``tf.distribute``.
-    The GPU rule is Keras's, not measured by tfgpu (no GPU was available).
+    ``auto`` is off on CPUs (measured, see ``CPU_XLA_REASON``). On GPUs it
+    is what Keras 3's own ``jit_compile="auto"`` gives (``KERAS_XLA_RULE``):
+    off under any ``tf.distribute`` strategy, so off for tfgpu's usual one GPU
+    (``OneDeviceStrategy``) as for several; on only with ``distribute.strategy:
+    default`` and without deterministic ops (Keras still turns it off for
+    ``fit`` when a layer does not support XLA). The GPU rule is Keras's: tfgpu
+    measured no GPU.
 
     Wraps: https://keras.io/api/models/model_training_apis/#compile-method
     (``jit_compile``) and https://www.tensorflow.org/xla
@@ -278,9 +294,12 @@ def resolve_jit(setting: Any, on_gpus: bool, replicas: int) -> tuple[bool, str]:
         return bool(setting), f"tensorflow.jit_compile: {str(bool(setting)).lower()}"
     if not on_gpus:
         return False, CPU_XLA_REASON
-    if replicas == 1:
-        return True, "auto: on for one GPU replica (Keras's jit_compile='auto' rule)"
-    return False, "auto: off with several GPU replicas (Keras turns XLA off under tf.distribute)"
+    if strategy in _STRATEGY_CLASS:
+        return False, f"auto: off on GPUs under tf.distribute.{_STRATEGY_CLASS[strategy]} ({KERAS_XLA_RULE})"
+    if deterministic:
+        return False, "auto: off with tensorflow.deterministic_ops (Keras's jit_compile='auto' rule)"
+    return True, ("auto: on for a GPU without a tf.distribute strategy (distribute.strategy: default), "
+                  "as Keras's jit_compile='auto' gives; not measured by tfgpu")
 
 
 def make_plan(config: Config, probe: Probe) -> Plan:
@@ -374,7 +393,7 @@ def make_plan(config: Config, probe: Probe) -> Plan:
             "outside it, or set tensorflow.jit_compile to auto or false.",
         )
     jit = resolve_jit(tfc.jit_compile, any(d.startswith("/gpu") for d in strategy.devices) or (
-        not strategy.devices and bool(gpu_count)), replicas)
+        not strategy.devices and bool(gpu_count)), strategy.kind, tfc.deterministic_ops)
     return assemble(config, {k: env[k] for k in ENV_ORDER if k in env}, calls, gpus, logical, strategy, replicas,
                     jit, warnings)
 

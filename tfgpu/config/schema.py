@@ -176,9 +176,11 @@ class TensorflowConfig(_Section):
         jit_compile: XLA for each replica's training step: ``auto``, ``true``
             or ``false``. ``auto`` is resolved per device kind by the plan
             (:func:`tfgpu.plan.resolve_jit`): off on CPUs (measured: XLA made
-            the seed model's step 2.8-4.4x slower on a 2-core x86 CPU), on
-            for GPUs where Keras's own ``"auto"`` would turn it on (a single
-            replica); the choice and its reason go into ``summary.json``.
+            the seed model's step 2.8-4.4x slower on a 2-core x86 CPU); on
+            GPUs what Keras's own ``"auto"`` gives: off under any
+            ``tf.distribute`` strategy (one GPU's ``OneDeviceStrategy``
+            included), on only with ``distribute.strategy: default``; the
+            choice and its reason go into ``summary.json``.
         seed: seed for Python, NumPy and TensorFlow
             (``keras.utils.set_random_seed``); ``null`` for none.
         deterministic_ops: make ops deterministic
