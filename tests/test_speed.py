@@ -23,18 +23,18 @@ from .conftest import ROOT, child_env
 @pytest.mark.parametrize("setting, steps, expected", [
     ("auto", 6, 6),        # the seed recipe on one replica: the whole epoch in one call
     ("auto", 3, 3),
-    ("auto", 178, 89),     # 128 per replica on one replica: two full calls per epoch
-    ("auto", 89, 89),      # a prime step count: one call per epoch
+    ("auto", 178, 2),      # 128 per replica on one replica: 2 x 89, the largest divisor up to 32
+    ("auto", 89, 1),       # a prime step count: one step per call, never the whole epoch
     ("auto", 96, 32),
-    ("auto", 100, 50),
+    ("auto", 100, 25),
     (1, 178, 1),
-    (5, 178, 89),
+    (5, 178, 2),           # a most: rounded down to a divisor, never up
     (500, 178, 178),       # never more than one epoch
 ])
-def test_steps_per_execution_always_divides_the_epoch(setting, steps, expected):
-    per_call = resolve_steps_per_execution(setting, steps)
+def test_fit_steps_per_execution_always_divides_the_epoch(setting, steps, expected):
+    per_call, _ = resolve_steps_per_execution(setting, steps, "fit")
     assert per_call == expected and steps % per_call == 0
-    assert per_call >= min(AUTO_STEPS_PER_EXECUTION if setting == "auto" else setting, steps)
+    assert per_call <= min(AUTO_STEPS_PER_EXECUTION if setting == "auto" else setting, steps)
 
 
 @pytest.fixture(scope="module")
@@ -48,10 +48,15 @@ def runs(two_replica_runs):
 @pytest.mark.parametrize("loop", ["fit", "custom"])
 def test_summary_records_the_speed_choices(runs, loop):
     result, summary, _ = runs[loop]
-    assert summary["steps_per_epoch"] == 89 and summary["steps_per_execution"] == 89
+    # 89 steps, a prime: fit runs one step per call (its calls must divide the epoch), the custom
+    # loop 32 (two calls of 32 and one of 25); neither the whole epoch.
+    per_call = {"fit": 1, "custom": 32}[loop]
+    assert summary["steps_per_epoch"] == 89 and summary["steps_per_execution"] == per_call
+    reason = summary["steps_per_execution_reason"]
+    assert reason.startswith("auto: ") and ("largest divisor" if loop == "fit" else "at most 32 steps") in reason
     assert summary["jit_compile"] is False and "off on CPUs" in summary["jit_compile_reason"]
     assert summary["mixed_precision"] == "float32"
-    assert "steps per call: 89; XLA: off" in result.stdout
+    assert f"tfgpu: steps per call: {per_call} ({reason})\ntfgpu: XLA: off" in result.stdout
     assert 0 < summary["first_step_seconds"] < summary["wall_seconds"]
     assert summary["started_at"] > 1.7e9  # a Unix time
     for train, epoch in zip(summary["train_seconds"], summary["epoch_seconds"]):
@@ -70,8 +75,8 @@ def test_metrics_csv_has_the_timing_columns(runs, loop):
 
 
 def test_custom_loop_traces_each_step_function_once(runs):
-    # 89 steps in one call per epoch, a partial last batch (22699 = 88 x 256 + 171) and two
-    # epochs: still one trace each, because the step count is a tensor and the batch
+    # 89 steps per epoch in calls of 32, 32 and 25, a partial last batch (22699 = 88 x 256 + 171)
+    # and two epochs: still one trace each, because the step count is a tensor and the batch
     # dimension is unknown from the start.
     assert runs["custom"][1]["traces"] == {"train": 1, "validation": 1}
 

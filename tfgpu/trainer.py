@@ -31,33 +31,61 @@ from .console import warn
 from .data.pipeline import normalization_stats, sample_batch
 from .errors import ConfigError
 from .loops import Job, epoch_stats_callback, progress_mode
+from .loops.custom import MAX_CALL_SECONDS
 from .model import (build_model, check_fits, describe_model, make_loss, make_metrics, make_optimizer, target_of)
 
-# train.steps_per_execution: auto. At least this many steps per call (see
-# resolve_steps_per_execution), so Python's per-call cost is spread over many steps.
+# train.steps_per_execution: auto. At most this many training steps per tf.function call,
+# whatever the epoch's length: stop signals, every_steps saves, progress.json and the progress
+# bar act only between calls (see resolve_steps_per_execution and loops.custom.MAX_CALL_SECONDS).
 AUTO_STEPS_PER_EXECUTION = 32
 
 
-def resolve_steps_per_execution(setting: Any, steps_per_epoch: int) -> int:
-    """``train.steps_per_execution`` -> training steps per ``tf.function`` call.
+def resolve_steps_per_execution(setting: Any, steps_per_epoch: int, loop: str) -> tuple[int, str]:
+    """``train.steps_per_execution`` -> (training steps per ``tf.function`` call, why), for ``train.loop``.
 
-    The result is the smallest divisor of ``steps_per_epoch`` that is at least
-    the setting (``auto``: :data:`AUTO_STEPS_PER_EXECUTION`), so every call is
-    full and an epoch is exactly one pass: ``fit`` reads a repeated dataset with
-    ``steps_per_epoch`` and Keras always runs whole calls, so a call that did not
-    divide the epoch would run into the next one. Examples: 178 steps and ``auto``
-    give 89; 6 steps give 6 (the whole epoch in one call); a prime step count
-    gives the whole epoch.
+    The setting is a most (``auto``: :data:`AUTO_STEPS_PER_EXECUTION`), never
+    more than one epoch:
+
+    - ``custom``: that many; an epoch's last call runs the steps left (the step
+      count is a tensor), and the loop shortens its calls at run time when one
+      takes longer than :data:`tfgpu.loops.custom.MAX_CALL_SECONDS`.
+    - ``fit`` (also on JAX): the largest divisor of ``steps_per_epoch`` up to it.
+      Keras's fit runs ``ceil(steps_per_epoch / n)`` calls of ``n`` steps each,
+      ``n`` fixed when the model is compiled, while the dataset has batches
+      (Keras 3.15.1 ``keras/src/trainers/epoch_iterator.py`` and the
+      ``tf.while_loop`` of ``keras/src/backend/tensorflow/trainer.py``); tfgpu
+      gives it one dataset of all the epochs, so an ``n`` that did not divide
+      the epoch would run into the next one. A prime step count gives 1.
+
+    Examples with ``auto``: 997 steps: custom 32 (31 calls of 32, one of 5), fit
+    1; 178 steps: custom 32, fit 2; 96: 32 for both; 6: 6 for both.
     """
-    wanted = AUTO_STEPS_PER_EXECUTION if setting == "auto" else int(setting)
-    return next(d for d in range(min(wanted, steps_per_epoch), steps_per_epoch + 1) if steps_per_epoch % d == 0)
+    most = AUTO_STEPS_PER_EXECUTION if setting == "auto" else int(setting)
+    named = "auto" if setting == "auto" else f"train.steps_per_execution: {setting}"
+    wanted = min(most, steps_per_epoch)
+    whole = f"{named}: the whole {steps_per_epoch}-step epoch in one call"
+    if loop == "custom":
+        left = steps_per_epoch % wanted
+        shape = whole if wanted == steps_per_epoch else (
+            f"{named}: at most {wanted} step{'s' if wanted > 1 else ''} a call"
+            + (f" (an epoch's last call: {left})" if left else ""))
+        return wanted, f"{shape}; a call over {MAX_CALL_SECONDS:g} s is shortened"
+    if wanted == steps_per_epoch:
+        return wanted, whole
+    per_call = max(d for d in range(1, wanted + 1) if steps_per_epoch % d == 0)
+    return per_call, (f"{named}: the largest divisor of the epoch's {steps_per_epoch} steps up to {wanted} "
+                      "(fit's calls must divide the epoch)")
 
 
 def profile_calls(steps: Optional[list[int]], epochs: int, steps_per_epoch: int,
                   per_call: int) -> Optional[dict[str, list[int]]]:
     """``train.profile_steps`` -> the training calls to profile and the steps they hold.
 
-    Keras's TensorBoard callback counts calls (``steps_per_execution`` steps each).
+    Keras's TensorBoard callback counts calls: ``ceil(steps_per_epoch / per_call)``
+    an epoch, of ``per_call`` steps but an epoch's last (shorter with the custom
+    loop when ``per_call`` does not divide the epoch). The custom loop's calls
+    shortened at run time (over :data:`~tfgpu.loops.custom.MAX_CALL_SECONDS`)
+    move the later ones: the calls named are then profiled, not these steps.
 
     Raises:
         ConfigError: the first step lies beyond the run.
@@ -71,9 +99,19 @@ def profile_calls(steps: Optional[list[int]], epochs: int, steps_per_epoch: int,
             f"{steps_per_epoch} steps = {total}).",
             f"profile steps between 1 and {total}, e.g. [{min(2, total)}, {min(5, total)}].",
         )
-    calls = [math.ceil(steps[0] / per_call), math.ceil(min(steps[1], total) / per_call)]
-    return {"steps_asked": list(steps), "calls": calls,
-            "steps": [(calls[0] - 1) * per_call + 1, calls[1] * per_call]}
+    per_epoch = math.ceil(steps_per_epoch / per_call)
+
+    def call_of(step: int) -> int:  # steps and calls counted from 1 over the run
+        epoch, within = divmod(step - 1, steps_per_epoch)
+        return epoch * per_epoch + within // per_call + 1
+
+    def steps_of(call: int) -> tuple[int, int]:
+        epoch, index = divmod(call - 1, per_epoch)
+        first = epoch * steps_per_epoch + index * per_call
+        return first + 1, first + min(per_call, steps_per_epoch - index * per_call)
+
+    calls = [call_of(steps[0]), call_of(min(steps[1], total))]
+    return {"steps_asked": list(steps), "calls": calls, "steps": [steps_of(calls[0])[0], steps_of(calls[1])[1]]}
 
 
 def evaluate_split(model: Any, dataset: Any, steps: int) -> dict[str, float]:
@@ -118,7 +156,8 @@ class Trainer:
         optimizer: its optimizer (a ``LossScaleOptimizer`` under
             ``mixed_float16`` with the custom loop; ``fit`` wraps it itself).
         learning_rate: the learning rate after ``train.lr_scaling``.
-        per_call: training steps per ``tf.function`` call.
+        per_call: training steps per ``tf.function`` call (the custom loop: the most).
+        per_call_reason: why, in words (``summary.json``: ``steps_per_execution_reason``).
         profile: the calls ``train.profile_steps`` profiles, or ``None``.
         traces: the custom loop's trace counts after training, else ``None``.
 
@@ -134,7 +173,7 @@ class Trainer:
         spec, plan = data.spec, info.plan
         target = target_of(spec.task, spec.num_classes, spec.target_shape, cfg.model.loss)
         normalization = normalization_stats(data) if cfg.data.normalize else None
-        self.per_call = self._steps_per_call()
+        self.per_call, self.per_call_reason = self._steps_per_call()
         with info.scope():
             self.model = build_model(cfg.model, spec.input_shape, target, normalization)
             self.optimizer, self.learning_rate = make_optimizer(cfg.model.optimizer, plan.lr_scale)
@@ -159,19 +198,26 @@ class Trainer:
         self.saver: Any = None
         self.stop: Optional[ckpt.StopSignals] = None
 
-    def _steps_per_call(self) -> int:
+    def _steps_per_call(self) -> tuple[int, str]:
+        """Training steps per call and why (:func:`resolve_steps_per_execution`; 1 for ``fit`` on several workers)."""
         cfg, steps = self.cfg, self.pipes.steps_per_epoch
-        per_call = resolve_steps_per_execution(cfg.train.steps_per_execution, steps)
+        setting = cfg.train.steps_per_execution
+        per_call, reason = resolve_steps_per_execution(setting, steps, cfg.train.loop)
         if cfg.train.loop == "fit" and self.info.plan.num_workers > 1:
             # Keras's several-steps-per-call loop (a tf.while_loop over get_next_as_optional) fails under
             # MultiWorkerMirroredStrategy with "You must feed a value for placeholder tensor
             # 'while/cond/Placeholder'" (Keras 3.15.1, TF 2.21, seen here), so fit runs one step per call.
-            if per_call > 1 and cfg.train.steps_per_execution != "auto":
-                warn(f"train.steps_per_execution: {cfg.train.steps_per_execution} is 1 with loop: fit and "
+            if per_call > 1 and setting != "auto":
+                warn(f"train.steps_per_execution: {setting} is 1 with loop: fit and "
                      "several workers (Keras's multi-step loop fails under MultiWorkerMirroredStrategy); "
                      "loop: custom runs several steps per call")
-            per_call = 1
-        return per_call
+            return 1, ("loop: fit on several workers: 1 (Keras's multi-step loop fails under "
+                       "MultiWorkerMirroredStrategy)")
+        if setting != "auto" and per_call < min(int(setting), steps):
+            warn(f"train.steps_per_execution: {setting} runs {per_call} steps per call with loop: fit, the largest "
+                 f"divisor of the epoch's {steps} steps up to {setting} (a fit call that did not divide the epoch "
+                 "would run into the next one); loop: custom runs any number")
+        return per_call, reason
 
     # Facts -------------------------------------------------------------------------------------------------------
 
@@ -205,6 +251,7 @@ class Trainer:
             "steps_per_execution": self.per_call,
             "lr_scaling": plan.lr_scaling,
             "learning_rate": self.learning_rate,
+            "steps_per_execution_reason": self.per_call_reason,
             "jit_compile": plan.jit_compile,
             "jit_compile_reason": plan.jit_compile_reason,
             "mixed_precision": plan.mixed_precision,
@@ -252,7 +299,8 @@ class Trainer:
                      f"{info.global_batch_size}; {pipes.steps_per_epoch} steps per epoch; loop: {cfg.train.loop}; "
                      f"learning rate {self.learning_rate:g}"
                      + (f" ({plan.lr_scaling} scaling)" if plan.lr_scaling != "none" else ""))
-        lines.append(f"steps per call: {self.per_call}; XLA: {'on' if plan.jit_compile else 'off'} "
+        lines.append(f"steps per call: {self.per_call} ({self.per_call_reason})")
+        lines.append(f"XLA: {'on' if plan.jit_compile else 'off'} "
                      f"({plan.jit_compile_reason}); precision: {plan.mixed_precision}")
         return lines
 

@@ -778,10 +778,13 @@ class TrainConfig(_Section):
         steps_per_execution: training steps run in one ``tf.function``
             call (``model.compile(steps_per_execution=...)`` for ``fit``; a
             ``tf.range`` loop over the distributed iterator for ``custom``).
-            Rounded up to the smallest divisor of the epoch's step count, so
-            every call is full and an epoch is exactly one pass; ``auto``: at
-            least 32 (178 steps give 89, 6 give 6). Progress and batch-level
-            callbacks see one update per call.
+            A most (``auto``: 32), never more than one epoch: signals, saves
+            and progress wait for a call to end. ``custom`` runs that many
+            (an epoch's last call the rest) and shortens calls that take over
+            5 s; ``fit`` the largest divisor of the epoch's step count up to
+            it (178 steps give 2, a prime 1), as Keras's calls must divide the
+            epoch (:func:`tfgpu.trainer.resolve_steps_per_execution`).
+            Progress and batch-level callbacks see one update per call.
         profile_steps: ``[first, last]`` training steps (counted from 1 over
             the whole run) to record with TensorFlow's profiler into the
             TensorBoard logs (``keras.callbacks.TensorBoard(profile_batch=...)``);

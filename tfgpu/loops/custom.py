@@ -9,6 +9,12 @@ Speed: ``steps_per_execution`` steps run inside one ``tf.function`` call (a
 not once per step. The loss and metrics are Keras metric objects updated on
 each replica and read on the host once per epoch: nothing is copied to the host
 per step. Each function is traced once; the counts are returned.
+
+Call length: stop signals, ``every_steps`` saves, ``progress.json`` and the
+progress bar act only between calls, so a call is kept under
+:data:`MAX_CALL_SECONDS`: each call is timed (the devices synchronised after it)
+and the next calls are shortened when one took longer (:func:`next_steps_per_call`).
+The step count is a tensor, so a shorter call is not a new trace.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import sys
 import time
 from typing import Any
 
+from ..console import warn
 from . import Job, check_loss
 
 # The last run's distributed iterators, kept alive on purpose. Destroying a MirroredStrategy
@@ -27,8 +34,51 @@ from . import Job, check_loss
 # stall was seen (4 runs of 4 without one).
 _LAST_ITERATORS: list = []
 
+#: The longest a training call should take, in seconds. A stop signal is handled at the
+#: next call boundary and a checkpoint saved before the process exits; Slurm kills a job
+#: KillWait seconds (30 by default) after its SIGTERM, and ``docker stop`` after 10 s.
+MAX_CALL_SECONDS = 5.0
 
-def train_custom(job: Job, callbacks: list, progress: str, start: tuple[int, int] = (0, 0)) -> dict[str, int]:
+
+def next_steps_per_call(cap: int, steps: int, seconds: float, most: int, bound: float = MAX_CALL_SECONDS) -> int:
+    """The most steps the next training call may run, after a call of ``steps`` steps took ``seconds``.
+
+    Args:
+        cap: the most steps per call until now (at first ``most``).
+        steps, seconds: the last call's steps and wall-clock seconds.
+        most: ``train.steps_per_execution`` resolved (the cap never exceeds it).
+        bound: seconds a call should stay under (:data:`MAX_CALL_SECONDS`).
+
+    Returns:
+        Over ``bound``: as many steps as take half of it at the last call's rate
+        (at least 1, at most ``cap``). Else twice ``cap`` (at most ``most``)
+        when that many would still take at most half of ``bound``; else ``cap``.
+        E.g. ``next_steps_per_call(32, 32, 12.8, 32)`` is 6 (0.4 s a step, 2.4 s a call).
+    """
+    per_step = seconds / max(steps, 1)
+    if seconds > bound:
+        return max(1, min(cap, int(bound / 2 / per_step)))
+    if cap < most and per_step * min(most, 2 * cap) <= bound / 2:
+        return min(most, 2 * cap)
+    return cap
+
+
+def _mean_over_workers(strategy: Any) -> Any:
+    """``seconds -> their mean over all replicas`` (one tiny all-reduce): every worker gets the same
+    figure, so all shorten their calls alike (their collectives and the checkpoint's stop agreement
+    need the same call boundaries on every worker)."""
+    import tensorflow as tf  # noqa: PLC0415
+
+    @tf.function
+    def reduce(seconds: Any) -> Any:
+        per_replica = strategy.run(tf.identity, args=(seconds,))
+        return strategy.reduce(tf.distribute.ReduceOp.MEAN, per_replica, axis=None)
+
+    return lambda seconds: float(reduce(tf.constant(seconds, tf.float32)))
+
+
+def train_custom(job: Job, callbacks: list, progress: str, start: tuple[int, int] = (0, 0),
+                 max_call_seconds: float = MAX_CALL_SECONDS) -> dict[str, int]:
     """Train with a custom distributed loop.
 
     Args:
@@ -48,6 +98,13 @@ def train_custom(job: Job, callbacks: list, progress: str, start: tuple[int, int
             position): the first epoch runs its remaining steps, on the batches
             an uninterrupted run reads there. Batch callbacks get indices
             counted from that start, as ``fit`` gives them.
+        max_call_seconds: a training call runs at most ``job.steps_per_execution``
+            steps (an epoch's last call the steps left); when one takes longer
+            than this, the next calls run fewer (:func:`next_steps_per_call`; the
+            first call, which traces, is not counted). Each call is followed by
+            ``tf.test.experimental.sync_devices()``, so on a GPU its time is the
+            work done, not only the work queued. With several workers they all
+            use the mean of their times, so their calls keep the same boundaries.
 
     Returns:
         How many times each step function was traced:
@@ -57,7 +114,8 @@ def train_custom(job: Job, callbacks: list, progress: str, start: tuple[int, int
         TrainingError: the loss became NaN or infinite (with ``job.terminate_on_nan``).
 
     Wraps: https://www.tensorflow.org/api_docs/python/tf/distribute/Strategy#run,
-    https://www.tensorflow.org/api_docs/python/tf/nn/compute_average_loss and
+    https://www.tensorflow.org/api_docs/python/tf/nn/compute_average_loss,
+    https://www.tensorflow.org/api_docs/python/tf/test/experimental/sync_devices and
     https://www.tensorflow.org/tutorials/distribute/custom_training
     """
     import keras  # noqa: PLC0415
@@ -122,6 +180,9 @@ def train_custom(job: Job, callbacks: list, progress: str, start: tuple[int, int
     test_steps = several_steps(replica_test)
     train_trackers = [loss_tracker, *metrics]
     val_trackers = [val_loss_tracker, *val_metrics]
+    mean_over_workers = (_mean_over_workers(strategy)
+                         if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) else float)
+    cap, timed, told = steps_per_execution, False, False
 
     cbs = keras.callbacks.CallbackList(callbacks, add_history=False, add_progbar=False, model=model)
     cbs.on_train_begin()
@@ -136,10 +197,22 @@ def train_custom(job: Job, callbacks: list, progress: str, start: tuple[int, int
             m.reset_state()
         done = 0
         while done < steps:
-            # The step count is a tensor, so a shorter last call is not a new trace.
-            n = min(steps_per_execution, steps - done)
+            # The step count is a tensor, so a shorter call is not a new trace.
+            n = min(cap, steps - done)
             cbs.on_train_batch_begin(done)
+            began = time.perf_counter()
             train_steps(train_batches, tf.constant(n, tf.int32))
+            if timed:
+                tf.test.experimental.sync_devices()
+                seconds = time.perf_counter() - began
+                cap = next_steps_per_call(cap, n, mean_over_workers(seconds), steps_per_execution, max_call_seconds)
+                if seconds > max_call_seconds and not told:
+                    told = True
+                    warn(f"a training call of {n} steps took {seconds:.1f} s, more than {max_call_seconds:g} s "
+                         "(stop signals and checkpoints wait for the call to end): "
+                         + (f"calls now run at most {cap} step{'s' if cap > 1 else ''}" if cap < n
+                            else "a single step takes that long"))
+            timed = True  # the first call traces the function: not counted
             done += n
             cbs.on_train_batch_end(done - 1)
             if bar is not None:

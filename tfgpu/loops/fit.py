@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import time
+from typing import Any, Optional
+
+from ..console import warn
 from . import Job, check_loss
+from .custom import MAX_CALL_SECONDS
 
 VERBOSE = {"bar": 1, "epoch": 2, "none": 0}
 
 
-def train_fit(job: Job, callbacks: list, progress: str, start: tuple[int, int] = (0, 0)) -> None:
+def train_fit(job: Job, callbacks: list, progress: str, start: tuple[int, int] = (0, 0),
+              max_call_seconds: float = MAX_CALL_SECONDS) -> None:
     """Train a compiled model with ``model.fit``, from the start or from a checkpoint's position.
 
     Args:
@@ -25,6 +31,8 @@ def train_fit(job: Job, callbacks: list, progress: str, start: tuple[int, int] =
             checkpoint's position). fit cannot start inside an epoch, so the
             rest of that epoch is one fit call of ``steps_per_epoch - step``
             steps (its training metrics cover those steps), the later epochs another.
+        max_call_seconds: a warning (once) when a training call takes longer
+            (:func:`call_timer`); fit cannot shorten its calls.
 
     Raises:
         TrainingError: the loss became NaN or infinite (with ``job.terminate_on_nan``:
@@ -32,6 +40,7 @@ def train_fit(job: Job, callbacks: list, progress: str, start: tuple[int, int] =
 
     Wraps: https://keras.io/api/models/model_training_apis/#fit-method
     """
+    callbacks = [call_timer(max_call_seconds), *callbacks]  # before the checkpoint's batch end (a save)
     if job.terminate_on_nan:
         import keras  # noqa: PLC0415
 
@@ -52,3 +61,41 @@ def train_fit(job: Job, callbacks: list, progress: str, start: tuple[int, int] =
         losses = history.history.get("loss", [])
         if job.terminate_on_nan and losses:
             check_loss(float(losses[-1]), first + len(losses), " (keras.callbacks.TerminateOnNaN)")
+
+
+def call_timer(bound: float = MAX_CALL_SECONDS) -> Any:
+    """A Keras callback that warns once when one of ``fit``'s training calls takes longer than ``bound`` seconds.
+
+    Stop signals, ``every_steps`` saves and ``progress.json`` wait for the call
+    to end. fit cannot shorten its calls as the custom loop does: Keras fixes the
+    steps per call when the model is compiled (``steps_per_execution`` is traced
+    into its ``tf.while_loop``, and the epoch's calls are counted with it), so
+    tfgpu bounds them when it plans (:func:`tfgpu.trainer.resolve_steps_per_execution`)
+    and says here what to change. A call is timed from ``on_train_batch_begin``
+    to ``on_train_batch_end``, after which Keras has read the call's logs on the
+    host; the first call, which traces the function, is not counted.
+
+    Wraps: https://keras.io/api/callbacks/base_callback/
+    """
+    import keras  # noqa: PLC0415
+
+    class CallTimer(keras.callbacks.Callback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.began: Optional[float] = None
+            self.calls = 0
+            self.told = False
+
+        def on_train_batch_begin(self, batch: int, logs: Optional[dict] = None) -> None:
+            self.began = time.perf_counter()
+
+        def on_train_batch_end(self, batch: int, logs: Optional[dict] = None) -> None:
+            self.calls += 1
+            seconds = time.perf_counter() - (self.began or time.perf_counter())
+            if self.calls > 1 and seconds > bound and not self.told:
+                self.told = True
+                warn(f"a training call of {self.model.steps_per_execution} steps took {seconds:.1f} s, more than "
+                     f"{bound:g} s (stop signals and checkpoints wait for the call to end); loop: fit cannot "
+                     "shorten its calls: lower train.steps_per_execution, or use train.loop: custom, which does")
+
+    return CallTimer()
