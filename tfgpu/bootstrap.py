@@ -12,7 +12,9 @@ fixes of :mod:`tfgpu.keras_fixes` are installed so that ``model.fit`` works
 under MultiWorkerMirroredStrategy.
 
 Errors of the configuration itself exit with tfgpu's codes (3-6) and a
-one-paragraph message before the script starts.
+one-paragraph message before the script starts. First of all, the process
+asks to die with the ``tfgpu launch`` that started it
+(:func:`tfgpu.launch.die_with_parent`).
 """
 
 from __future__ import annotations
@@ -37,6 +39,9 @@ def _workers() -> int:
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
     """Apply the config, then run the script or module as ``__main__`` (does not return if it exits)."""
+    from .launch import die_with_parent  # noqa: PLC0415
+
+    die_with_parent()
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or (args[0] == "-m" and len(args) < 2):
         print(USAGE, file=sys.stderr)

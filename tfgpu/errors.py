@@ -23,8 +23,9 @@ Exit codes (also in the README):
 8     :class:`OutputError`: the run directory cannot be written (also
       :class:`DiskFull`: the disk or the disk quota is full)
 9     ``tfgpu doctor`` found at least one error (``--strict``: or a warning)
-10    :class:`WorkerError`: a worker process crashed or was killed (a worker
-      that failed with one of the codes above passes its own code on)
+10    :class:`WorkerError`: a worker process crashed (an uncaught exception:
+      Python's exit code 1) or was killed by a signal; a worker that exited
+      with a code of its own passes it on (:func:`worker_exit_code`)
 75    :class:`Preempted`: SIGTERM (or ``train.checkpoint.requeue_signal``)
       arrived; a checkpoint was saved: requeue the job, or continue it with
       ``tfgpu run --resume RUN_DIR`` (75 is sysexits' EX_TEMPFAIL, "try again")
@@ -33,6 +34,36 @@ Exit codes (also in the README):
 """
 
 from __future__ import annotations
+
+import signal
+
+#: What tfgpu's own exit codes mean (the table above); a worker that exits with one passes it on.
+EXIT_CODES = {0: "success", 1: "an uncaught exception", 2: "usage error", 3: "configuration error", 4: "device error",
+              5: "data error", 6: "TensorFlow already initialised", 7: "training failed", 8: "output error",
+              9: "doctor found an error", 10: "worker failed", 75: "preempted", 130: "interrupted"}
+
+#: The exit code of a supervisor whose worker crashed or was killed (:class:`WorkerError`).
+WORKER_FAILED = 10
+#: The exit code of an interrupted run (:class:`Interrupted`), and of a worker killed by SIGINT.
+INTERRUPTED = 130
+
+
+def worker_exit_code(code: int) -> int:
+    """The exit code ``tfgpu run --workers N`` and ``tfgpu launch --workers N`` give for a worker that ended with
+    ``code``: the one rule for both, and for whether a restart can help (:data:`WORKER_FAILED`: it can).
+
+    Args:
+        code: the worker's exit status as :class:`subprocess.Popen` gives it (negative: killed by that signal).
+
+    Returns:
+        0 for 0; :data:`WORKER_FAILED` (10) for a crash: killed by a signal, or 1 (an uncaught exception: Python's
+        code for one, and tfgpu's internal error); 130 for a worker killed by SIGINT (interrupted, as a shell
+        says); any other code is the worker's own and passed on: tfgpu's (3-8, 75, 130; a restart would only
+        repeat them) or a launched script's ``sys.exit(N)``.
+    """
+    if code < 0:
+        return INTERRUPTED if -code == signal.SIGINT else WORKER_FAILED
+    return WORKER_FAILED if code == 1 else code
 
 
 class TfgpuError(Exception):
@@ -151,8 +182,9 @@ class Preempted(TfgpuError):
 class WorkerError(TfgpuError):
     """A worker of a multi-worker run or launch failed; the others were stopped.
 
-    ``exit_code`` is the worker's own when it is one of tfgpu's (3-8), else 10
-    (killed by a signal, or a crash).
+    ``exit_code`` is :func:`worker_exit_code` of the worker's: its own code
+    when it exited with one (tfgpu's 3-8, a script's), else 10 (killed by a
+    signal, or a crash: an uncaught exception).
     """
 
     exit_code = 10

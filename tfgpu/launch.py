@@ -14,14 +14,19 @@ Two kinds of children, for the two commands that start them:
 :func:`prepare_run` and :func:`prepare_launch` start nothing: they return
 :class:`Child` descriptions (tested as data). :class:`Supervisor` starts them,
 copies each one's output to its log (the chief's also to this terminal),
-forwards Ctrl-C and SIGTERM, and when one fails stops the others and says
-which failed and why. It is one object with ``start``/``wait``/``stop`` so
-that restarts can be added around it.
+forwards Ctrl-C, SIGTERM and the requeue signal (caught by a
+:class:`Forwarding` for the supervisor's whole life, restarts included), and
+when one fails stops the others and says which failed and why; the exit code
+follows :func:`tfgpu.errors.worker_exit_code`, the one rule for both
+commands. Every child dies with the supervisor, even when it is SIGKILLed
+(:func:`die_with_parent`). It is one object with ``start``/``wait``/``stop``
+so that restarts can be added around it.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -30,14 +35,16 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Sequence, TextIO
+from typing import Any, Callable, Optional, Sequence, TextIO
 
 from .cluster import local_cluster, tf_config
-from .errors import ConfigError, WorkerError
+from .errors import EXIT_CODES, ConfigError, WorkerError, worker_exit_code
 
-#: Exit codes of tfgpu's own errors (errors.py), passed on when a worker fails with one.
-TFGPU_CODES = {3: "configuration error", 4: "device error", 5: "data error", 6: "TensorFlow already initialised",
-               7: "training failed", 8: "output error", 75: "preempted", 130: "interrupted"}
+#: In each child's environment: the supervisor's pid (set by :meth:`Supervisor.start`, read by :func:`die_with_parent`).
+PARENT_ENV = "TFGPU_SUPERVISOR_PID"
+#: For tests only: the command that starts each ``tfgpu run --workers N`` worker in place of ``sys.executable``
+#: (split like a shell line), e.g. a wrapper that injects a fault (tests/scripts/worker_fault.py).
+WORKER_PYTHON_ENV = "TFGPU_WORKER_PYTHON"
 
 
 def multi_worker_overrides(cfg: Any, workers: int) -> list[str]:
@@ -191,9 +198,13 @@ def prepare_run(recipe: Optional[str], overrides: Sequence[str], workers: int, p
     Each runs ``python -m tfgpu run RECIPE --set ... --set
     distribute.strategy=multi_worker_mirrored`` with ``TF_CONFIG`` (worker i of
     ``workers`` on 127.0.0.1 at ``ports``) and ``TFGPU_RUN_DIR=run_dir``; its
-    output goes to ``run_dir/workers/worker-<i>.log``.
+    output goes to ``run_dir/workers/worker-<i>.log``. ``TFGPU_WORKER_PYTHON``
+    in ``base_env`` replaces ``sys.executable`` (for tests: a wrapper).
     """
-    argv = [sys.executable, "-m", "tfgpu", "run", *([recipe] if recipe else []),
+    import shlex  # noqa: PLC0415
+
+    python = shlex.split(base_env[WORKER_PYTHON_ENV]) if base_env.get(WORKER_PYTHON_ENV) else [sys.executable]
+    argv = [*python, "-m", "tfgpu", "run", *([recipe] if recipe else []),
             *(a for o in overrides for a in ("--set", o)), "--set", "distribute.strategy=multi_worker_mirrored"]
     children = []
     for i in range(workers):
@@ -239,11 +250,11 @@ class Outcome:
     """How a group of workers ended.
 
     Attributes:
-        exit_code: 0, or the code to exit with (see :class:`~tfgpu.errors.WorkerError`).
+        exit_code: 0, or the code to exit with: :func:`~tfgpu.errors.worker_exit_code` of the failed worker's.
         codes: each worker's exit code (negative: killed by that signal).
         failed: the index of the first worker that failed, else ``None``.
         seconds: from start to the last exit.
-        interrupted: Ctrl-C or SIGTERM reached the supervisor.
+        interrupted: Ctrl-C, SIGTERM or the requeue signal reached the supervisor.
     """
 
     exit_code: int
@@ -259,19 +270,103 @@ def _describe_code(code: int) -> str:
             return f"was killed by {signal.Signals(-code).name}"
         except ValueError:
             return f"was killed by signal {-code}"
-    return f"exited with code {code}" + (f" ({TFGPU_CODES[code]})" if code in TFGPU_CODES else "")
+    return f"exited with code {code}" + (f" ({EXIT_CODES[code]})" if code in EXIT_CODES else "")
+
+
+#: The first line of an error tfgpu reports (:meth:`tfgpu.errors.TfgpuError.report`: ``tfgpu: <kind>: ...``), not
+#: of its notes and warnings (``tfgpu: note: ... start-up error(s) ...``).
+_REPORT = re.compile(r"tfgpu: [^:]*(error|failed|interrupted|preempted|full|initialised)(: |\.$)")
 
 
 def last_error(log: Optional[Path], lines: int = 12) -> str:
-    """Why a worker failed, from its log: its ``tfgpu: ...`` error paragraph, else its last lines."""
+    """Why a worker failed, from its log: its ``tfgpu: <kind>: ...`` error paragraph, else its last lines."""
     if log is None or not log.exists():
         return ""
     text = log.read_text(encoding="utf-8", errors="replace").splitlines()
     for i in range(len(text) - 1, -1, -1):
-        if text[i].startswith("tfgpu: ") and ("error" in text[i] or "failed" in text[i] or "interrupted" in text[i]):
+        if _REPORT.match(text[i]):
             return "\n".join(text[i:i + 3]).strip()
     tail = [t for t in text if t.strip()][-lines:]
     return "\n".join(tail)
+
+
+#: ``prctl(2)``'s option for the signal a process gets when its parent dies (``PR_SET_PDEATHSIG``, linux/prctl.h).
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """In a child of a :class:`Supervisor`: have Linux SIGKILL this process when the supervisor dies, however it dies.
+
+    The supervisor names itself in ``TFGPU_SUPERVISOR_PID``. This asks the
+    kernel for ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` (through :mod:`ctypes`),
+    then checks that the parent is still that process: if it died before the
+    request took effect, this process kills itself. Children call it first
+    thing (``python -m tfgpu``, :mod:`tfgpu.bootstrap`); ``subprocess``'s
+    ``preexec_fn`` could ask before ``exec``, but it is not safe in a process
+    with threads (the supervisor's output copiers run while it starts the next
+    child). The variable is removed from ``os.environ``, so that processes this
+    one starts do not read it. Without it, or off Linux, nothing is done.
+
+    SIGKILL, not SIGTERM: a worker whose supervisor is gone has no one to
+    report to, and at SIGTERM it could go on (a script may ignore it; a
+    ``tfgpu run`` worker first agrees on a step with its peers, which may be
+    gone); the last committed checkpoint survives a kill (docs/checkpoints.md).
+    The signal follows the death of the *thread* that started the child (the
+    supervisor's main thread); the child's own children are not covered.
+    """
+    parent = os.environ.pop(PARENT_ENV, None)
+    if not parent or not sys.platform.startswith("linux"):
+        return
+    import ctypes  # noqa: PLC0415
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) != 0:
+        return  # not granted (e.g. a seccomp filter): the supervisor still stops its children when it can
+    if os.getppid() != int(parent):
+        os.kill(os.getpid(), signal.SIGKILL)  # the supervisor died before the request: as if it had come in time
+
+
+class Forwarding:
+    """Ctrl-C, SIGTERM and the requeue signal, caught for a supervisor's whole life and passed on to its children.
+
+    Entered before the first child starts and left after the last one exits
+    (across a group's restarts): in between, none of these signals kills the
+    supervisor (its children would train on unsupervised). Each arrival is
+    recorded in :attr:`received` and passed to the children of :attr:`target`
+    (:meth:`Supervisor.deliver`), which stop on their own: a ``tfgpu run``
+    worker saves a checkpoint and exits 75 at SIGTERM or the requeue signal,
+    130 at Ctrl-C. Handlers can be set only in the main thread; elsewhere
+    nothing is caught.
+
+    Args:
+        requeue_signal: ``train.checkpoint.requeue_signal`` (``"SIGUSR1"``: what
+            Slurm's ``--signal`` sends before the time limit), or ``None``.
+    """
+
+    def __init__(self, requeue_signal: Optional[str] = None) -> None:
+        extra = [signal.Signals[requeue_signal]] if requeue_signal else []
+        self.signals = [signal.SIGINT, signal.SIGTERM, *extra]
+        #: The signals that arrived, in order.
+        self.received: list[int] = []
+        #: The supervisor whose children get them.
+        self.target: Optional[Supervisor] = None
+        self._previous: dict[int, Any] = {}
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.received.append(signum)
+        if self.target is not None:
+            self.target.deliver()
+
+    def __enter__(self) -> "Forwarding":
+        if threading.current_thread() is threading.main_thread():
+            for sig in self.signals:
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
 
 
 @dataclass
@@ -283,27 +378,50 @@ class Supervisor:
         echo: where the chief's output is copied (default ``sys.stdout``).
         grace: seconds between SIGTERM and SIGKILL when stopping workers.
         stop_wait: seconds the children may take to stop after a forwarded
-            Ctrl-C or SIGTERM (they save a checkpoint first) before they are stopped.
+            Ctrl-C, SIGTERM or requeue signal (they save a checkpoint first)
+            before they are stopped.
+        signals: the :class:`Forwarding` that catches the signals (entered by
+            the caller, for a group's whole life); ``None``: one of its own,
+            from :meth:`start` until :meth:`wait` returns (Ctrl-C and SIGTERM).
+        finished: says whether the children's work is done (``tfgpu run
+            --workers``: the chief wrote ``"status": "completed"``); a child
+            that fails then does not stop the others, which get
+            ``finish_wait`` seconds to exit on their own.
+        finish_wait: see ``finished``.
     """
 
     children: list[Child]
     echo: Optional[TextIO] = None
     grace: float = 5.0
     stop_wait: float = 120.0
+    signals: Optional[Forwarding] = None
+    finished: Optional[Callable[[], bool]] = None
+    finish_wait: float = 30.0
     processes: list[subprocess.Popen] = field(default_factory=list)
     _threads: list[threading.Thread] = field(default_factory=list)
     _interrupted: bool = False
     _started: float = 0.0
+    _own_signals: bool = False
+    _sent: set[tuple[int, int]] = field(default_factory=set)
 
     def start(self) -> None:
-        """Start every child (each in its own session, so a signal reaches it only through :meth:`stop`)."""
+        """Start every child (a piped one in its own session, so a signal reaches it only through :meth:`deliver`
+        or :meth:`stop`); each gets ``TFGPU_SUPERVISOR_PID`` and dies with this process (:func:`die_with_parent`).
+
+        Call it from the main thread (the thread whose exit kills the children). The signals are caught before
+        the first child starts; one that arrives while they start reaches each of them.
+        """
+        if self.signals is None:
+            self.signals, self._own_signals = Forwarding().__enter__(), True
+        self.signals.target = self
         self._started = time.perf_counter()
         for child in self.children:
             if child.log is not None:
                 child.log.parent.mkdir(parents=True, exist_ok=True)
             piped = child.log is not None
             process = subprocess.Popen(
-                list(child.argv), env=child.env, stdin=None if child.stdin else subprocess.DEVNULL,
+                list(child.argv), env={**child.env, PARENT_ENV: str(os.getpid())},
+                stdin=None if child.stdin else subprocess.DEVNULL,
                 stdout=subprocess.PIPE if piped else None, stderr=subprocess.STDOUT if piped else None,
                 start_new_session=piped)
             self.processes.append(process)
@@ -311,6 +429,19 @@ class Supervisor:
                 thread = threading.Thread(target=self._copy, args=(process, child), daemon=True)
                 thread.start()
                 self._threads.append(thread)
+        self.deliver()  # a signal that came while they started (or before: a group's restart) reaches them all
+
+    def deliver(self) -> None:
+        """Pass every signal :attr:`signals` received to each running child that has not had it (once per arrival;
+        a child on this terminal got the terminal's Ctrl-C itself)."""
+        for arrival, signum in enumerate(list(self.signals.received if self.signals else [])):
+            self._interrupted = True
+            for child, p in zip(self.children, list(self.processes)):
+                if (p.pid, arrival) in self._sent or p.poll() is not None:
+                    continue
+                self._sent.add((p.pid, arrival))
+                if not (signum == signal.SIGINT and child.log is None):
+                    self._signal(p, signum)
 
     def _copy(self, process: subprocess.Popen, child: Child) -> None:
         echo = (self.echo or sys.stdout) if child.index == 0 else None
@@ -345,21 +476,12 @@ class Supervisor:
             pass
 
     def wait(self, poll: float = 0.1) -> Outcome:
-        """Wait until all exit 0, or one fails (the others are then stopped); Ctrl-C/SIGTERM are forwarded."""
-        previous = {}
+        """Wait until all exit 0, or one fails (the others are then stopped); the caught signals are forwarded.
 
-        def forward(signum: int, frame: Any) -> None:
-            self._interrupted = True
-            for child, p in zip(self.children, self.processes):
-                # A child on this terminal got the terminal's Ctrl-C itself.
-                if p.poll() is None and not (signum == signal.SIGINT and child.log is None):
-                    self._signal(p, signum)
-
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                previous[sig] = signal.signal(sig, forward)
+        The outcome's ``exit_code`` is :func:`tfgpu.errors.worker_exit_code` of the failed worker's code.
+        """
         failed = None
-        signalled = None
+        signalled = settled = None
         try:
             while True:
                 codes = [p.poll() for p in self.processes]
@@ -374,6 +496,14 @@ class Supervisor:
                         failed = bad[0] if bad else None
                         self.stop()
                         break
+                elif bad and self.finished is not None and self.finished():
+                    # The work is done (a worker crashed in its teardown): the others end on their own, or are
+                    # stopped after finish_wait seconds.
+                    settled = settled or time.monotonic()
+                    if all(c is not None for c in codes) or time.monotonic() - settled > self.finish_wait:
+                        failed = bad[0]
+                        self.stop()
+                        break
                 elif bad:
                     failed = bad[0]
                     self.stop()
@@ -382,30 +512,31 @@ class Supervisor:
                     break
                 time.sleep(poll)
         finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+            if self._own_signals:
+                self.signals.__exit__()
             for thread in self._threads:
                 thread.join(timeout=5)
         codes = [p.returncode for p in self.processes]
-        exit_code = 0
-        if failed is not None:
-            code = codes[failed]
-            exit_code = code if code in TFGPU_CODES else 10
+        exit_code = 0 if failed is None else worker_exit_code(codes[failed])
         return Outcome(exit_code, codes, failed, time.perf_counter() - self._started, self._interrupted)
 
     def failure(self, outcome: Outcome, what: str) -> WorkerError:
         """The error for a failed ``outcome``: which worker, how it ended, why (from its log), where its log is."""
         i = outcome.failed
-        child, process = self.children[i], self.processes[i]
+        child = self.children[i]
         why = last_error(child.log)
         others = [j for j in range(len(self.children)) if j != i]
         stopped = (f"; worker(s) {', '.join(map(str, others))} were stopped" if others else "")
         log = f" Its log: {child.log}." if child.log else ""
         return WorkerError(
-            f"{what}: worker {i} of {len(self.children)} (pid {process.pid}) {_describe_code(outcome.codes[i])} "
-            f"after {outcome.seconds:.1f} s{stopped}.{log}" + (f"\n{why}" if why else ""),
+            f"{what}: {self.ended(i)} after {outcome.seconds:.1f} s{stopped}.{log}" + (f"\n{why}" if why else ""),
             "read the worker's log for the cause; fix it and run again.",
             exit_code=outcome.exit_code)
+
+    def ended(self, i: int) -> str:
+        """How child ``i`` ended, e.g. ``"worker 1 of 2 (pid 4242) was killed by SIGSEGV"``."""
+        return (f"worker {i} of {len(self.children)} (pid {self.processes[i].pid}) "
+                f"{_describe_code(self.processes[i].returncode)}")
 
 
 def launch(recipe: Optional[str], overrides: Sequence[str], workers: int, script: Sequence[str],
@@ -416,12 +547,21 @@ def launch(recipe: Optional[str], overrides: Sequence[str], workers: int, script
     and Ctrl-C are its own) and its exit code is returned. Several: each is a
     worker of MultiWorkerMirroredStrategy on 127.0.0.1 (``TF_CONFIG`` set; the
     script builds the strategy), with its output in ``LOG_DIR/worker-<i>.log``
-    (the chief's also here); when one fails the others are stopped.
+    (the chief's also here); when one fails the others are stopped. Ctrl-C,
+    SIGTERM and ``train.checkpoint.requeue_signal`` are forwarded to the
+    script(s) (:class:`Forwarding`), and they die with this process.
+
+    Returns:
+        One worker: the script's exit code (a signal N gives 128 + N, as a
+        shell says); several: 0 when all exit 0.
 
     Raises:
         ConfigError, DeviceError: the config, before anything starts.
-        WorkerError: a worker failed (its exit code is passed on; a signal N
-            gives 128 + N).
+        WorkerError: one of several workers failed; its exit code is
+            :func:`~tfgpu.errors.worker_exit_code` of the worker's (as
+            ``tfgpu run --workers N``): a code of the script's own is passed
+            on, a worker killed by a signal or ended by an uncaught exception
+            gives 10 (the message names the signal or the code).
     """
     import tempfile  # noqa: PLC0415
 
@@ -439,21 +579,24 @@ def launch(recipe: Optional[str], overrides: Sequence[str], workers: int, script
     logs = None
     if workers > 1:
         logs = Path(log_dir or Path("tfgpu-logs") / time.strftime("launch-%Y%m%d-%H%M%S"))
-    with tempfile.TemporaryDirectory(prefix="tfgpu-launch-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="tfgpu-launch-") as tmp, \
+            Forwarding(cfg.train.checkpoint.requeue_signal) as signals:
         config_file = Path(tmp) / "config.yaml"
         config_file.write_text(yaml.safe_dump(cfg.model_dump(mode="json", exclude_unset=True), sort_keys=False))
         children = prepare_launch(plan, list(script), workers, ports, config_file, dict(os.environ), logs)
         if logs is not None:
             print(f"tfgpu: {workers} workers on 127.0.0.1; logs in {logs}", file=sys.stderr, flush=True)
-        supervisor = Supervisor(children)
+        supervisor = Supervisor(children, signals=signals)
         supervisor.start()
         outcome = supervisor.wait()
     if outcome.failed is None:
         return 0
-    code = outcome.codes[outcome.failed]
-    code = 128 - code if code < 0 else code
     if workers == 1:
-        return code
-    error = supervisor.failure(outcome, "tfgpu launch")
-    error.exit_code = code
-    raise error
+        code = outcome.codes[0]
+        return 128 - code if code < 0 else code
+    if outcome.interrupted and len(set(outcome.codes)) == 1:  # each did what the forwarded signal asks: no failure
+        names = ", ".join(dict.fromkeys(signal.Signals(s).name for s in signals.received))
+        print(f"tfgpu launch: {names} reached the {workers} workers; each {_describe_code(outcome.codes[0])}.",
+              file=sys.stderr, flush=True)
+        return outcome.exit_code
+    raise supervisor.failure(outcome, "tfgpu launch")

@@ -166,14 +166,22 @@ def run_workers(recipe: Optional[str], overrides: Sequence[str], output_dir: Opt
     stopped and the group starts again from the last checkpoint, up to
     ``max_restarts`` times (like torchrun's ``--max-restarts``); each restart
     is recorded in ``summary.json`` (``restarts``) and ``workers/workers.json``.
+    A worker that fails after the chief wrote ``"status": "completed"`` (a
+    crash in its teardown) is not restarted: the run succeeded, and the note
+    is kept in ``summary.json`` (``worker_note``) and ``workers.json``.
+    Ctrl-C, SIGTERM and ``train.checkpoint.requeue_signal`` are caught for the
+    whole supervision (restarts included) and forwarded to the workers; the
+    workers die with this process, even when it is SIGKILLed.
 
     Raises:
         ConfigError, DataError, OutputError: before any worker starts.
         WorkerError: a worker failed and no restart was left (or the failure
-            was one a restart repeats: tfgpu's own error codes); the message
-            names it, how it ended and its log (exit code: the worker's own
-            tfgpu code, else 10).
-        Preempted: SIGTERM reached the workers; they saved a checkpoint (75).
+            was one a restart repeats: a code of the worker's own, such as
+            tfgpu's errors); the message names it, how it ended and its log
+            (exit code: :func:`~tfgpu.errors.worker_exit_code` of the
+            worker's: its own code, else 10).
+        Preempted: SIGTERM or the requeue signal reached the workers; they
+            saved a checkpoint (75).
     """
     from .launch import load_for_workers  # noqa: PLC0415
 
@@ -189,10 +197,14 @@ def run_workers(recipe: Optional[str], overrides: Sequence[str], output_dir: Opt
     run_dir = RunDir.for_group(cfg, recipe, resume_dir)
     say(f"{workers} workers on 127.0.0.1 (MultiWorkerMirroredStrategy); run directory {run_dir.path}; "
         f"worker logs in {run_dir.path / 'workers'}")
-    group = _Group(recipe, list(overrides), workers, run_dir.path, max_restarts)
+    group = _Group(recipe, list(overrides), workers, run_dir.path, max_restarts, cfg.train.checkpoint.requeue_signal)
     attempts, outcome, supervisor = group.supervise(resuming)
     if outcome.failed is None:
-        return RunResult(run_dir.path, run_dir.load_summary())
+        summary = run_dir.load_summary()
+        if attempts[-1].get("after_completion"):  # a worker crashed in its teardown: say so beside the result
+            summary["worker_note"] = attempts[-1]["after_completion"]
+            write_json(run_dir.path / "summary.json", summary)
+        return RunResult(run_dir.path, summary)
     raise _group_failure(group, run_dir, attempts, outcome, supervisor)
 
 
@@ -205,44 +217,74 @@ class _Group:
     workers: int
     run_dir: Path
     max_restarts: int
+    requeue_signal: Optional[str] = None
 
     def supervise(self, resuming: bool) -> tuple[list[dict[str, Any]], Any, Any]:
         """Start the workers; restart them all from the last checkpoint when one crashes or is killed.
 
+        Ctrl-C, SIGTERM and the requeue signal are caught from before the first
+        worker starts until the last one exits, restarts included
+        (:class:`~tfgpu.launch.Forwarding`), and forwarded to the workers; a
+        signal ends the group (one that comes while it restarts stops the
+        restart). A worker that fails after the chief wrote ``"status":
+        "completed"`` (a crash in its teardown) is no reason to restart: the
+        run stands, with the note in ``after_completion``.
+
         Returns the attempts (as ``workers/workers.json`` records them), the last outcome and its supervisor.
         """
-        from .launch import Supervisor, free_ports, prepare_run  # noqa: PLC0415
+        from .launch import Forwarding, Supervisor, free_ports, prepare_run  # noqa: PLC0415
 
         env = dict(os.environ)
         env.pop(RESUME_ENV, None)
         if resuming:
             env[RESUME_ENV] = "tfgpu run --resume"
         attempts: list[dict[str, Any]] = []
-        while True:
-            children = prepare_run(self.recipe, self.overrides, self.workers, free_ports(self.workers), self.run_dir,
-                                   env)
-            supervisor = Supervisor(children)
-            supervisor.start()
-            attempt = {"workers": [{"index": c.index, "pid": p.pid, "exit_code": None, "log": str(c.log),
-                                    "TF_CONFIG": c.env["TF_CONFIG"]} for c, p in zip(children, supervisor.processes)],
-                       "resumed": RESUME_ENV in env}
-            attempts.append(attempt)
-            _record_workers(self.run_dir, attempts)  # the pids, while they run
-            outcome = supervisor.wait()
-            for w, code in zip(attempt["workers"], outcome.codes):
-                w["exit_code"] = code
-            attempt.update(failed=outcome.failed, seconds=outcome.seconds)
-            _record_workers(self.run_dir, attempts)
-            for scratch in self.run_dir.parent.glob(f"{self.run_dir.name}.worker-*.tmp"):
-                shutil.rmtree(scratch, ignore_errors=True)  # a killed worker could not remove its own
-            if outcome.failed is None or not _restartable(outcome) or len(attempts) > self.max_restarts:
-                return attempts, outcome, supervisor
-            why = supervisor.failure(outcome, "tfgpu run --workers").message.split("\n")[0]
-            attempt["restarted_because"] = why
-            _record_workers(self.run_dir, attempts)
-            say(f"{why}\ntfgpu: restarting the {self.workers} workers from the last checkpoint "
-                f"(restart {len(attempts)} of at most {self.max_restarts})")
-            env[RESUME_ENV] = why
+        with Forwarding(self.requeue_signal) as signals:
+            while True:
+                children = prepare_run(self.recipe, self.overrides, self.workers, free_ports(self.workers),
+                                       self.run_dir, env)
+                supervisor = Supervisor(children, signals=signals, finished=lambda: _completed(self.run_dir))
+                supervisor.start()
+                attempt = {"workers": [{"index": c.index, "pid": p.pid, "exit_code": None, "log": str(c.log),
+                                        "TF_CONFIG": c.env["TF_CONFIG"]}
+                                       for c, p in zip(children, supervisor.processes)],
+                           "resumed": RESUME_ENV in env}
+                attempts.append(attempt)
+                _record_workers(self.run_dir, attempts)  # the pids, while they run
+                outcome = supervisor.wait()
+                for w, code in zip(attempt["workers"], outcome.codes):
+                    w["exit_code"] = code
+                attempt.update(failed=outcome.failed, seconds=outcome.seconds)
+                _record_workers(self.run_dir, attempts)
+                for scratch in self.run_dir.parent.glob(f"{self.run_dir.name}.worker-*.tmp"):
+                    shutil.rmtree(scratch, ignore_errors=True)  # a killed worker could not remove its own
+                if outcome.failed is not None and _completed(self.run_dir):
+                    note = (f"{supervisor.ended(outcome.failed)} after the run had completed (summary.json says "
+                            "so); the run stands and was not restarted.")
+                    attempt.update(failed=None, after_completion=note)
+                    _record_workers(self.run_dir, attempts)
+                    warn(note)
+                    outcome.failed, outcome.exit_code = None, 0
+                if signals.received:
+                    outcome.interrupted = True  # also one that came after the workers ended: no restart
+                if outcome.failed is None or not _restartable(outcome) or len(attempts) > self.max_restarts:
+                    return attempts, outcome, supervisor
+                why = supervisor.failure(outcome, "tfgpu run --workers").message.split("\n")[0]
+                attempt["restarted_because"] = why
+                _record_workers(self.run_dir, attempts)
+                say(f"{why}\ntfgpu: restarting the {self.workers} workers from the last checkpoint "
+                    f"(restart {len(attempts)} of at most {self.max_restarts})")
+                env[RESUME_ENV] = why
+
+
+def _completed(run_dir: Path) -> bool:
+    """The chief wrote ``"status": "completed"`` into ``run_dir/summary.json``."""
+    from .errors import OutputError  # noqa: PLC0415
+
+    try:
+        return (ckpt.read_json(run_dir / "summary.json") or {}).get("status") == "completed"
+    except OutputError:
+        return False
 
 
 def _group_failure(group: _Group, run_dir: RunDir, attempts: list[dict[str, Any]], outcome: Any,
@@ -276,10 +318,12 @@ def _group_failure(group: _Group, run_dir: RunDir, attempts: list[dict[str, Any]
 
 
 def _restartable(outcome: Any) -> bool:
-    """A failure that a restart from the checkpoint can get past: a worker killed by a signal or crashed, not one
-    of tfgpu's own errors (which would happen again), a preemption or an interruption."""
-    code = outcome.codes[outcome.failed]
-    return not outcome.interrupted and (code < 0 or code not in (3, 4, 5, 6, 7, 8, 75, 130))
+    """A failure that a restart from the checkpoint can get past: a worker that crashed or was killed
+    (:func:`~tfgpu.errors.worker_exit_code` says 10), unless a signal reached the supervisor. A code of the
+    worker's own (tfgpu's errors, a preemption, an interruption) would only happen again."""
+    from .errors import WORKER_FAILED, worker_exit_code  # noqa: PLC0415
+
+    return not outcome.interrupted and worker_exit_code(outcome.codes[outcome.failed]) == WORKER_FAILED
 
 
 def _record_workers(run_dir: Path, attempts: list[dict[str, Any]]) -> None:
