@@ -110,9 +110,13 @@ def run(recipe: str | None, overrides: tuple[str, ...], output_dir: str | None, 
     With --workers N (N > 1), N local workers train together under
     MultiWorkerMirroredStrategy; the chief writes the run directory and each
     worker's output is kept in RUN_DIR/workers/; a worker that crashes or is
-    killed restarts the group from the last checkpoint (--max-restarts). On a
-    cluster (TF_CONFIG, Slurm, distribute.cluster), run it once per worker
-    without --workers. SIGTERM saves a checkpoint and exits with 75.
+    killed restarts the group from the last checkpoint (--max-restarts), and
+    with no restart left the run exits with 10; a worker's own error code
+    (3-8) is passed on. On a cluster (TF_CONFIG, Slurm, distribute.cluster),
+    run it once per worker without --workers. SIGTERM and the requeue signal
+    (train.checkpoint.requeue_signal, SIGUSR1) save a checkpoint and exit
+    with 75; with --workers they are forwarded to the workers, which die
+    with this process.
     """
     from .errors import ConfigError  # noqa: PLC0415
     from .runner import run as run_recipe, run_workers  # noqa: PLC0415
@@ -147,7 +151,11 @@ def launch(overrides: tuple[str, ...], workers: int, log_dir: str | None, comman
     way; the rest are applied by tfgpu.setup() in the script's process before
     the script runs as __main__ ('tfgpu plan --launch' shows which). The exit
     code is the script's. With --workers N, N copies run as the workers of a
-    MultiWorkerMirroredStrategy on 127.0.0.1 (TF_CONFIG set for each).
+    MultiWorkerMirroredStrategy on 127.0.0.1 (TF_CONFIG set for each); when
+    one fails the others are stopped, and its own exit code is passed on,
+    but one killed by a signal or ended by an uncaught exception gives 10
+    (as tfgpu run --workers). Ctrl-C, SIGTERM and the requeue signal are
+    forwarded to the script; it dies with tfgpu launch.
     """
     from .launch import launch as run_launch  # noqa: PLC0415
 
