@@ -126,11 +126,10 @@ def test_a_running_status_left_by_a_process_that_ended_is_stale():
 #: directory), and whether the run had begun (written summary.json; the error then says how to resume).
 #: metrics.csv is read before it is appended to (reading /dev/full never ends): it has its tmpfs test below.
 #: The other atomic writes (startup.log, checkpoint/progress.json, workers.json, evaluation.json) go through the
-#: same tfgpu.results.replace_atomic as these.
+#: same tfgpu.results.replace_atomic as these; the commit record is summary.json's (the test after this one).
 SEAMS = {
     "config": (".config.resolved.yaml.tmp", "config.resolved.yaml", False),
     "plan": (".plan.json.tmp", "plan.json", False),
-    "commit record": ("checkpoint/.state.json.tmp", "checkpoint/state.json", True),
     "model.keras": (".model.tmp.keras", "model.keras", True),
 }
 
@@ -177,7 +176,8 @@ def test_a_summary_that_cannot_be_updated_is_known_stale_and_resume_finishes(tmp
     deadline = time.time() + 120
     while not (run_dir / "summary.json").exists() and time.time() < deadline and proc.poll() is None:
         time.sleep(0.01)
-    os.symlink("/dev/full", run_dir / ".summary.json.tmp")  # the final write, not the first, fails
+    # The next write of summary.json fails: the first checkpoint's commit record (the run's one state file).
+    os.symlink("/dev/full", run_dir / ".summary.json.tmp")
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 8, out[-2000:] + err[-3000:]
     assert "cannot write" in err and str(run_dir / "summary.json") in err

@@ -236,16 +236,12 @@ def test_kills_during_checkpoint_saves_are_survived(tmp_path, loop):
 
 
 def _wait_for_a_save_in_progress(run_dir: Path, loop: str, process: subprocess.Popen, timeout: float = 60) -> None:
-    """Poll (every 2 ms) until the next save has begun and is not committed yet: fit's weights file is newer than
-    state.json, or the custom loop's checkpoint folder has a ckpt beyond the committed step or a temporary file."""
-    folder = run_dir / "checkpoint"
+    """Poll (every 2 ms) until the next save has begun and is not committed yet: a checkpoint file of a later
+    step than the committed one (each save has a new name), or a temporary file of TensorFlow's."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and process.poll() is None:
         try:
-            if loop == "fit":
-                if (folder / "latest.weights.h5").stat().st_mtime_ns > (folder / "state.json").stat().st_mtime_ns:
-                    return
-            elif _save_was_cut_short(run_dir, loop):
+            if _save_was_cut_short(run_dir, loop):
                 return
         except (FileNotFoundError, ValueError, TypeError, KeyError):
             pass  # a file being replaced this very moment
@@ -254,12 +250,7 @@ def _wait_for_a_save_in_progress(run_dir: Path, loop: str, process: subprocess.P
 
 def _save_was_cut_short(run_dir: Path, loop: str) -> bool:
     """The checkpoint directory holds files of a save that never committed."""
-    import hashlib
-
     folder, state = run_dir / "checkpoint", read_state(run_dir)
-    if loop == "fit":
-        latest = folder / "latest.weights.h5"
-        return latest.exists() and hashlib.sha256(latest.read_bytes()).hexdigest() != state["files"]["sha256"]
     newer = [p for p in folder.glob("ckpt-*") if int(p.name.split("-")[1].split(".")[0].split("_")[0]) >
              state["global_step"]]
     return bool(newer or list(folder.glob("*_temp*")))
@@ -285,14 +276,20 @@ def test_sigterm_saves_at_the_next_call_and_exits_75_then_resume_finishes(tmp_pa
     assert epochs_in(run_dir) == [0, 1, 2] and summary_of(run_dir)["restarts"][0]["redo_steps"] == 0
 
 
-@pytest.mark.slow
-def test_the_slurm_requeue_signal_saves_and_requeues_through_scontrol(tmp_path):
+def fake_scontrol(tmp_path: Path) -> tuple[Path, Path]:
+    """The one Slurm seam: an ``scontrol`` first on ``PATH`` that records its arguments; returns (bin dir, calls file)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     calls = tmp_path / "scontrol-calls"
-    fake = bin_dir / "scontrol"  # the one seam: Slurm's own command, found on PATH
+    fake = bin_dir / "scontrol"
     fake.write_text(f"#!/bin/sh\necho \"$@\" >> {calls}\n")
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    return bin_dir, calls
+
+
+@pytest.mark.slow
+def test_the_slurm_requeue_signal_saves_and_requeues_through_scontrol(tmp_path):
+    bin_dir, calls = fake_scontrol(tmp_path)
     out_dir = tmp_path / "runs"
     process = start(SEED, *MID_EPOCH, "--output-dir", str(out_dir), SLURM_JOB_ID="4242",
                     PATH=f"{bin_dir}:{os.environ['PATH']}")

@@ -1,66 +1,69 @@
 """Checkpoints as a run goes, the position to resume from, and stopping cleanly when a scheduler says so.
 
-A run's checkpoint lives in ``RUN_DIR/checkpoint/``:
+A run's checkpoint lives in ``RUN_DIR/checkpoint/``; what it holds is named by
+the run's one state file, ``summary.json`` (``checkpoint.committed``, written
+by :meth:`tfgpu.rundir.RunDir.commit` *after* a save has completed): where
+training stood (``epoch`` epochs done and ``step`` steps of the next,
+``global_step``), which files hold that state, when it was saved and how long
+the save took. Only the state it names is ever restored, so a save cut short
+by ``kill -9`` is never read.
 
-- ``state.json``: tfgpu's commit record, replaced atomically *after* a save
-  has completed: where training stood (``epoch`` epochs done and ``step``
-  steps of the next, ``global_step``), which files hold that state, when it
-  was saved and how long the save took. Only the state it names is ever
-  restored, so a save cut short by ``kill -9`` is never read.
-- ``fit``: ``latest.weights.h5`` and ``training_metadata.json`` with their
-  ``.bkp`` copies, written by ``keras.callbacks.BackupAndRestore`` with
-  ``double_checkpoint=True``; ``state.json`` holds the SHA-256 of the weights
-  file it means, which is ``latest`` or, when a save was cut short,
-  ``latest.bkp``.
-- ``custom``: ``ckpt-<global step>.index/.data-*`` and ``checkpoint``, written by
-  ``tf.train.CheckpointManager`` (``max_to_keep=2``, so the one ``state.json``
-  names survives the next save) of ``tf.train.Checkpoint(model, optimizer,
-  epoch, step)``.
+- Each save is written under a new name, ``ckpt-<global step>``: ``fit``'s
+  ``ckpt-<n>.weights.h5`` (``keras.Model.save_weights``: weights and optimizer
+  variables; the record holds its SHA-256), the custom loop's
+  ``ckpt-<n>.index``/``.data-*`` (``tf.train.Checkpoint.write`` of the model,
+  optimizer, epoch and step). It is committed, and only then are the older
+  files deleted: at every moment the committed checkpoint is whole on disk.
 - ``progress.json``: the chief's last call boundary (at most every 0.2 s), so
   a resumed run can say how much work the kill cost.
 
-Where Keras 3's ``BackupAndRestore`` falls short, and what tfgpu does:
+Where Keras 3's ``BackupAndRestore`` falls short, so tfgpu does not use it:
 
-- it restores the epoch only (the saved batch is not used): tfgpu restores
-  the weights itself and continues inside the epoch (``loops.fit``: the rest
-  of the epoch is one fit call), on the batches an uninterrupted run reads
-  (:attr:`~tfgpu.data.pipeline.Pipelines.train_epochs` skips the done ones);
+- its ``double_checkpoint`` copies ``latest`` over ``.bkp`` before writing
+  ``latest``: after one restore from ``.bkp`` the next save overwrote the
+  committed copy with an uncommitted one (and ``tf.train.CheckpointManager``'s
+  ``max_to_keep`` deletes old checkpoints before tfgpu has committed the new);
+- it restores the epoch only: tfgpu continues inside the epoch (``loops.fit``:
+  the rest of the epoch is one fit call), on the batches an uninterrupted run
+  reads (:attr:`~tfgpu.data.pipeline.Pipelines.train_epochs` skips the done
+  ones, with the run's data seed kept in ``summary.json``);
 - every worker writes and deletes the same directory: here only the chief
   writes ``RUN_DIR/checkpoint``; another worker saves into its own scratch
   directory (every worker must save, since reading synchronised variables is
-  collective) and restores from the chief's files;
-- its two files are not written as one: a kill between the weights and the
-  metadata leaves new weights with old metadata, and a half-written metadata
-  file raises ``JSONDecodeError``, which its ``.bkp`` fallback (``OSError``
-  only) does not catch; the commit record above closes both.
+  collective) and restores from the chief's files.
 
-Wraps: https://keras.io/api/callbacks/backup_and_restore/ and
-https://www.tensorflow.org/api_docs/python/tf/train/CheckpointManager
+Wraps: https://keras.io/api/models/model_saving_apis/weights_saving_and_loading/ and
+https://www.tensorflow.org/api_docs/python/tf/train/Checkpoint
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
-from .errors import OutputError, Preempted
+from .errors import OutputError, Preempted, TrainingError
 from .results import ensure_room, remove_quietly, write_json
 
 CHECKPOINT_DIR = "checkpoint"
-STATE_FILE = "state.json"
+#: The run's state file, which holds the commit record (``checkpoint.committed``).
+SUMMARY_FILE = "summary.json"
+#: Where a run directory of an older tfgpu kept the commit record (read on resume only).
+LEGACY_STATE_FILE = "state.json"
 PROGRESS_FILE = "progress.json"
 #: Seconds between two writes of ``progress.json``.
 PROGRESS_EVERY = 0.2
-_FIT_WEIGHTS = "latest.weights.h5"
+_FIT_SUFFIX = ".weights.h5"
 
 
 def _sha256(path: Path) -> str:
@@ -140,80 +143,107 @@ def read_json(path: Path) -> Optional[dict[str, Any]]:
 def read_state(run_dir: Path) -> Optional[dict[str, Any]]:
     """The commit record of ``run_dir``'s last completed checkpoint save, or ``None`` (none yet).
 
+    It is ``summary.json``'s ``checkpoint.committed`` (the run's one state
+    file, written by :class:`tfgpu.rundir.RunDir`); a run directory of an
+    older tfgpu keeps it in ``checkpoint/state.json``, which is read then.
     Keys: ``loop``, ``epoch`` (epochs done), ``step`` (steps done of epoch
     ``epoch``, counted from 0), ``global_step``, ``steps_per_epoch``,
     ``saved_at`` (Unix time), ``save_seconds``, ``reason`` (``epoch``,
     ``steps`` or ``preempted``), ``files``.
+
+    Raises:
+        OutputError: a file exists but cannot be read or parsed.
     """
-    return read_json(Path(run_dir) / CHECKPOINT_DIR / STATE_FILE)
+    summary = read_json(Path(run_dir) / SUMMARY_FILE)
+    if summary is not None and "committed" in (summary.get("checkpoint") or {}):
+        return summary["checkpoint"]["committed"]
+    return read_json(Path(run_dir) / CHECKPOINT_DIR / LEGACY_STATE_FILE)
+
+
+def _step_of(path: Path) -> Optional[int]:
+    """``ckpt-<global step>...`` -> the global step (``None``: not a checkpoint file of this scheme)."""
+    match = re.match(r"ckpt-(\d+)[._]", path.name)
+    return int(match.group(1)) if match else None
+
+
+def _prune(directory: Path, keep: str) -> None:
+    """Delete every checkpoint file in ``directory`` but those of ``keep`` (a file name or a prefix).
+
+    Called after the commit record names ``keep``: a save is written under a
+    new name, committed, and only then are the others deleted, so a kill at
+    any moment leaves the committed checkpoint whole.
+    """
+    for path in directory.iterdir() if directory.is_dir() else []:
+        legacy = path.name.startswith(("latest.weights.h5", "training_metadata.json")) or path.name == "checkpoint"
+        if (_step_of(path) is not None or legacy) and not (path.name == keep or path.name.startswith(keep + ".")):
+            if path.is_dir():
+                import shutil  # noqa: PLC0415
+
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                remove_quietly(path)
 
 
 class FitFiles:
-    """``fit``'s checkpoint: the weights file of ``keras.callbacks.BackupAndRestore``.
+    """``fit``'s checkpoint: ``ckpt-<global step>.weights.h5``, written by ``keras.Model.save_weights``.
+
+    The file holds the model's weights and its optimizer's variables. Each save
+    gets a new name; ``summary.json`` commits it (with its SHA-256), and only
+    then are older files deleted (:meth:`prune`). Keras's
+    ``BackupAndRestore`` is not used: its ``double_checkpoint`` copies the
+    latest file over its ``.bkp`` before each save, so after one restore from
+    ``.bkp`` the next save overwrote the committed file with an uncommitted one.
 
     Args:
         model: the compiled model (its optimizer is saved with it).
-        directory: where this process saves (``backup_dir``).
+        directory: where this process saves.
+
+    Wraps: https://keras.io/api/models/model_saving_apis/weights_saving_and_loading/
     """
 
     def __init__(self, model: Any, directory: Path) -> None:
-        import keras  # noqa: PLC0415
-
         self.model = model
         self.directory = directory
-        #: SHA-256 of the last committed weights in ``directory`` (``None``: none yet).
-        self.committed: Optional[str] = None
-        # tfgpu decides when to save and restores itself (see the module's docstring).
-        self.backup = keras.callbacks.BackupAndRestore(str(directory), save_freq="epoch", double_checkpoint=True,
-                                                       delete_checkpoint=False)
-        self.backup.set_model(model)
 
     def save(self, epoch: int, step: int, global_step: int) -> dict[str, Any]:
-        """Save; returns what ``state.json`` records of the files.
+        """Save as ``ckpt-<global_step>.weights.h5``; returns what the commit record keeps of the file.
 
         A save that fails (a full disk: h5py's ``OSError``) leaves no partial
         file: the HDF5 file being written is emptied and closed (HDF5 would
-        otherwise try to flush it again when the process exits, and crash), and
-        each weights file that is not the last committed checkpoint is deleted.
+        otherwise try to flush it again when the process exits, and crash) and deleted.
         """
-        # BackupAndRestore saves in on_epoch_end(e), recording e + 1 as the epoch Keras would
-        # restart at: the epoch being trained (``epoch``), whether it has begun or not.
-        latest = self.directory / _FIT_WEIGHTS
+        name = f"ckpt-{global_step}{_FIT_SUFFIX}"
+        path = self.directory / name
+        self.directory.mkdir(parents=True, exist_ok=True)
+        ensure_room(path, saved_bytes(self.model) + HDF5_MARGIN)  # an HDF5 file that runs out of space crashes
         try:
-            size = latest.stat().st_size
-        except OSError:
-            size = saved_bytes(self.model)
-        ensure_room(latest, size + HDF5_MARGIN)  # an HDF5 file that runs out of space crashes when closed
-        try:
-            self.backup.on_epoch_end(epoch - 1)
-            digest = _sha256(self.directory / _FIT_WEIGHTS)
+            self.model.save_weights(str(path))
+            digest = _sha256(path)
         except BaseException:
-            self._discard_partial()
+            close_hdf5_files(self.directory)
+            remove_quietly(path)
             raise
-        self.committed = digest  # the caller commits it in state.json next
-        return {"weights": _FIT_WEIGHTS, "sha256": digest}
+        return {"weights": name, "sha256": digest}
 
-    def _discard_partial(self) -> None:
-        close_hdf5_files(self.directory)
-        for name in (_FIT_WEIGHTS, f"{_FIT_WEIGHTS}.bkp"):
-            path = self.directory / name
-            try:
-                keep = self.committed is not None and path.is_file() and _sha256(path) == self.committed
-            except OSError:
-                keep = False
-            if not keep:
-                remove_quietly(path)
+    def prune(self, state: dict[str, Any]) -> None:
+        """Delete every checkpoint file but the one ``state`` (the committed record) names."""
+        _prune(self.directory, state["files"]["weights"])
 
     def restore(self, state: dict[str, Any], directory: Path) -> str:
-        """Load the weights ``state`` names from ``directory`` (``latest`` or ``latest.bkp``); returns the file read."""
+        """Load the weights ``state`` names from ``directory``; returns the file read.
+
+        Raises:
+            OutputError: that file is missing or is not the one saved (its SHA-256 differs).
+        """
         want = state["files"]["sha256"]
-        for name in (_FIT_WEIGHTS, f"{_FIT_WEIGHTS}.bkp"):
+        named = state["files"]["weights"]
+        for name in (named, f"{named}.bkp"):  # .bkp: the record of a run directory of an older tfgpu
             path = directory / name
             if path.is_file() and _sha256(path) == want:
                 optimizer = self.model.optimizer
                 if optimizer is not None and not optimizer.built:
                     optimizer.build(self.model.trainable_variables)
-                if name == _FIT_WEIGHTS:
+                if name.endswith(".weights.h5"):
                     self.model.load_weights(str(path))
                 else:  # Keras loads only files named *.weights.h5: a link under that name (no copy, no space)
                     self.directory.mkdir(parents=True, exist_ok=True)
@@ -224,21 +254,27 @@ class FitFiles:
                         self.model.load_weights(str(link))
                     finally:
                         remove_quietly(link)
-                if directory.resolve() == self.directory.resolve():
-                    self.committed = want
                 return str(path)
         raise OutputError(
-            f"{directory}: neither {_FIT_WEIGHTS} nor its .bkp is the checkpoint {STATE_FILE} names "
+            f"{directory}: {named} is missing or is not the checkpoint summary.json names "
             f"(epoch {state['epoch']}, step {state['step']}).",
             "the checkpoint files were changed or lost; start a new run (the run directory keeps its metrics).")
 
 
 class CustomFiles:
-    """The custom loop's checkpoint: ``tf.train.CheckpointManager`` of the model, optimizer, epoch and step.
+    """The custom loop's checkpoint: ``tf.train.Checkpoint(model, optimizer, epoch, step)`` written as ``ckpt-<global step>``.
+
+    ``Checkpoint.write`` writes ``ckpt-<n>.index`` and ``.data-*`` under a new
+    name each save; ``summary.json`` commits it and only then are older ones
+    deleted (:meth:`prune`). ``tf.train.CheckpointManager`` is not used: its
+    ``max_to_keep`` deletes old checkpoints when it saves, before tfgpu commits,
+    so a save cut short after its deletion could leave no committed checkpoint.
 
     Args:
         model, optimizer: the model and the optimizer that trains it.
         directory: where this process saves.
+
+    Wraps: https://www.tensorflow.org/api_docs/python/tf/train/Checkpoint#write
     """
 
     def __init__(self, model: Any, optimizer: Any, directory: Path) -> None:
@@ -248,49 +284,68 @@ class CustomFiles:
         self.step = tf.Variable(0, dtype=tf.int64, trainable=False)
         self.directory = directory
         self.checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, epoch=self.epoch, step=self.step)
-        self.manager = tf.train.CheckpointManager(self.checkpoint, str(directory), max_to_keep=2)
 
     def save(self, epoch: int, step: int, global_step: int) -> dict[str, Any]:
-        """Save as ``ckpt-<global_step>``; returns what ``state.json`` records of the files.
+        """Save as ``ckpt-<global_step>``; returns what the commit record keeps of the files.
 
         A save that fails (a full disk: TensorFlow's ``ResourceExhaustedError``)
-        leaves none of its files (``ckpt-<n>_temp/``, ``ckpt-<n>.*``, the
-        ``checkpoint`` file's temporary copies); earlier checkpoints stay.
+        leaves none of its files (``ckpt-<n>_temp/``, ``ckpt-<n>.*``); earlier checkpoints stay.
         """
         self.epoch.assign(epoch)
         self.step.assign(step)
+        prefix = self.directory / f"ckpt-{global_step}"
         try:
-            return {"checkpoint": Path(self.manager.save(checkpoint_number=global_step)).name}
+            return {"checkpoint": Path(self.checkpoint.write(str(prefix))).name, "api": "tf.train.Checkpoint.write"}
         except BaseException:
-            for path in [*self.directory.glob(f"ckpt-{global_step}_temp*"),
-                         *self.directory.glob(f"ckpt-{global_step}.*"), *self.directory.glob("checkpoint.tmp*")]:
-                remove_quietly(path)
+            for path in [*self.directory.glob(f"ckpt-{global_step}_temp*"), *self.directory.glob(f"ckpt-{global_step}.*")]:
+                if path.is_dir():
+                    import shutil  # noqa: PLC0415
+
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    remove_quietly(path)
             raise
 
+    def prune(self, state: dict[str, Any]) -> None:
+        """Delete every checkpoint but the one ``state`` (the committed record) names."""
+        _prune(self.directory, state["files"]["checkpoint"])
+
     def restore(self, state: dict[str, Any], directory: Path) -> str:
-        """Restore the checkpoint ``state`` names from ``directory``; returns its path."""
+        """Restore the checkpoint ``state`` names from ``directory``; returns its path.
+
+        Raises:
+            OutputError: it is missing, damaged, or does not fit the model.
+        """
         path = directory / state["files"]["checkpoint"]
         try:
-            self.checkpoint.restore(str(path)).assert_existing_objects_matched()
+            # read() for write()'s files (no save_counter); restore() for CheckpointManager's (an older tfgpu).
+            load = self.checkpoint.read if state["files"].get("api") == "tf.train.Checkpoint.write" else self.checkpoint.restore
+            load(str(path)).assert_existing_objects_matched()
         except (ValueError, AssertionError) as exc:
             raise OutputError(f"{path}: the checkpoint does not fit this run's model ({exc}).",
                               "resume with the run's own config; start a new run for another model.") from None
         except Exception as exc:  # tf.errors.NotFoundError / DataLossError: files gone or damaged
-            raise OutputError(f"{path}: cannot read the checkpoint {STATE_FILE} names: {type(exc).__name__}.",
+            raise OutputError(f"{path}: cannot read the checkpoint summary.json names: {type(exc).__name__}.",
                               "the checkpoint files were changed or lost; start a new run.") from None
         if (int(self.epoch.numpy()), int(self.step.numpy())) != (state["epoch"], state["step"]):
             raise OutputError(f"{path} holds epoch {int(self.epoch.numpy())} step {int(self.step.numpy())}, "
-                              f"{STATE_FILE} says epoch {state['epoch']} step {state['step']}.",
+                              f"summary.json says epoch {state['epoch']} step {state['step']}.",
                               "the checkpoint files were changed; start a new run.")
         return str(path)
 
 
 class StopSignals:
-    """While active, SIGTERM and the requeue signal only set :attr:`received` (their handlers are put back after).
+    """SIGTERM and the requeue signal, handled for the whole life of ``tfgpu run`` (:meth:`installed`).
 
-    The training callback reads it at the next call boundary, saves and stops
-    (:class:`~tfgpu.errors.Preempted`). Used as a context manager; signal
-    handlers can only be set in the main thread (elsewhere this does nothing).
+    While training (inside :meth:`deferred`, with a checkpoint to save) a signal
+    only sets :attr:`received`: the checkpoint callback reads it at the next
+    call boundary, saves and stops. At any other moment (reading the data,
+    building the model, saving ``model.keras``, testing; or training with
+    ``train.checkpoint`` off) the handler raises :class:`~tfgpu.errors.Preempted`
+    at once, naming what the run was doing (:attr:`doing`). Either way the run
+    ends as ``preempted`` with exit code 75, never killed by the signal's
+    default action (SIGUSR1's ends the process). Signal handlers can only be
+    set in the main thread (elsewhere this does nothing).
 
     Args:
         requeue_signal: ``train.checkpoint.requeue_signal`` (e.g. ``"SIGUSR1"``) or ``None``.
@@ -299,32 +354,84 @@ class StopSignals:
     def __init__(self, requeue_signal: Optional[str]) -> None:
         self.requeue_signal = requeue_signal
         self.received: Optional[str] = None
+        #: What the run is doing, for the message of a signal that arrives outside training.
+        self.doing = "starting"
+        #: A signal stopped the run outside training (its handler raised; no checkpoint callback saw it).
+        self.outside = False
+        #: This process is the run's chief (the one that requeues a Slurm job): until TensorFlow's cluster is
+        #: known, what ``TF_CONFIG`` or Slurm's task number say.
+        self.chief = _chief_by_environment()
+        self._deferred = False
         self._previous: dict[int, Any] = {}
 
     def _handle(self, signum: int, frame: Any) -> None:
         name = signal.Signals(signum).name
         if self.received is None or name == self.requeue_signal:
             self.received = name
+        if not self._deferred:
+            self.outside = True
+            raise Preempted(f"{name} arrived while {self.doing}; the run stopped there.")
 
-    def __enter__(self) -> "StopSignals":
+    @contextlib.contextmanager
+    def installed(self) -> Iterator["StopSignals"]:
+        """Handle the signals inside the block (the previous handlers are put back after)."""
         import threading  # noqa: PLC0415
 
         if threading.current_thread() is threading.main_thread():
-            names = ["SIGTERM"] + ([self.requeue_signal] if self.requeue_signal else [])
-            for name in names:
+            for name in ["SIGTERM"] + ([self.requeue_signal] if self.requeue_signal else []):
                 sig = getattr(signal, name)
                 self._previous[sig] = signal.signal(sig, self._handle)
-        return self
+        try:
+            yield self
+        finally:
+            for sig, handler in self._previous.items():
+                signal.signal(sig, handler)
+            self._previous.clear()
 
-    def __exit__(self, *exc: Any) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-        self._previous.clear()
+    def reassert(self) -> None:
+        """Set the handlers again (after TensorFlow started a multi-worker strategy).
+
+        TensorFlow's coordination service installs its own C-level SIGTERM
+        handler for its preemption notifier when a MultiWorkerMirroredStrategy
+        starts; Python's handler then never runs (seen here: SIGTERM to a
+        worker did nothing). Setting Python's handler again puts it back.
+        """
+        import threading  # noqa: PLC0415
+
+        if self._previous and threading.current_thread() is threading.main_thread():
+            for sig in self._previous:
+                signal.signal(sig, self._handle)
+
+    @contextlib.contextmanager
+    def deferred(self) -> Iterator[None]:
+        """Inside: a signal only sets :attr:`received` (the checkpoint callback stops at the next call boundary)."""
+        if self.received is not None:  # arrived just before: stop now
+            self.outside = True
+            raise Preempted(f"{self.received} arrived while {self.doing}; the run stopped there.")
+        self._deferred = True
+        try:
+            yield
+        finally:
+            self._deferred = False
 
     @property
     def requeue(self) -> bool:
         """The signal received is the requeue signal."""
         return self.received is not None and self.received == self.requeue_signal
+
+
+def _chief_by_environment() -> bool:
+    """Whether this process is a run's chief, from ``TF_CONFIG`` or Slurm's task number (before TensorFlow starts)."""
+    try:
+        tf_config = json.loads(os.environ.get("TF_CONFIG") or "{}")
+    except ValueError:
+        tf_config = {}
+    task = tf_config.get("task") or {}
+    if task:
+        if task.get("type") == "chief":
+            return True
+        return task.get("type") == "worker" and int(task.get("index", 0)) == 0 and "chief" not in tf_config.get("cluster", {})
+    return os.environ.get("SLURM_PROCID", "0") == "0"
 
 
 def requeue(job_id: str) -> str:
@@ -366,6 +473,20 @@ def agreement(strategy: Any) -> Callable[[int], int]:
     return agree
 
 
+def _require_finite(model: Any, epoch: int, step: int) -> None:
+    """Raise :class:`TrainingError` when a weight of ``model`` is NaN or infinite (read on the host: a save reads them too)."""
+    import keras  # noqa: PLC0415
+    import numpy as np  # noqa: PLC0415
+
+    for variable in model.weights:
+        if not np.all(np.isfinite(keras.ops.convert_to_numpy(variable))):
+            raise TrainingError(
+                f"the weights became NaN or infinite before the checkpoint at epoch {epoch + 1} step {step} "
+                f"({variable.path if hasattr(variable, 'path') else variable.name}); that checkpoint was not saved, "
+                "so --resume would continue from the last good one.",
+                "lower the learning rate, check the data for bad values, or use float32.")
+
+
 @dataclass(frozen=True)
 class Position:
     """Where training stands: ``epoch`` epochs done and ``step`` steps of the next (both from 0)."""
@@ -386,6 +507,9 @@ class SavePlan:
         loop: ``fit`` or ``custom`` (recorded).
         start: the position training starts from (batch indices the loops
             pass are counted from it in its first epoch).
+        refuse_nan: ``train.terminate_on_nan``: a save whose weights hold NaN
+            or infinite values is refused (:class:`~tfgpu.errors.TrainingError`),
+            so the last good checkpoint stays the one to resume from.
     """
 
     write_dir: Path
@@ -396,11 +520,13 @@ class SavePlan:
     every_steps: Optional[int] = None
     loop: str = "fit"
     start: Position = Position()
+    refuse_nan: bool = True
 
 
 def checkpoint_callback(files: Any, plan: SavePlan, stop: Optional[StopSignals] = None,
                         agree: Optional[Callable[[int], int]] = None,
-                        on_stop: Optional[Callable[[dict[str, Any]], str]] = None) -> Any:
+                        on_stop: Optional[Callable[[dict[str, Any]], str]] = None,
+                        commit: Optional[Callable[[dict[str, Any]], None]] = None) -> Any:
     """The Keras callback that saves checkpoints and stops at a signal; both loops call it.
 
     Place it after ``CSVLogger``: an epoch's row is written before its
@@ -414,11 +540,15 @@ def checkpoint_callback(files: Any, plan: SavePlan, stop: Optional[StopSignals] 
         agree: :func:`agreement` with several workers, else ``None``.
         on_stop: called by the chief with the state after the stop's save;
             returns a sentence for the message (the requeue's outcome).
+        commit: called by the chief with each completed save's record
+            (:meth:`tfgpu.rundir.RunDir.commit`: written to ``summary.json``);
+            only then are the older checkpoint files deleted.
 
     Its ``saves`` attribute lists the seconds each save took.
 
     Raises (from the training loop):
         Preempted: a stop signal arrived; the checkpoint was saved first.
+        TrainingError: the weights became NaN or infinite (``plan.refuse_nan``); nothing was saved.
         OSError and TensorFlow's errors: a save failed (e.g. the disk is full);
             what it had written is removed first, and the last committed
             checkpoint is left as it was.
@@ -468,13 +598,16 @@ def checkpoint_callback(files: Any, plan: SavePlan, stop: Optional[StopSignals] 
         def _save(self, epoch: int, step: int, reason: str) -> dict[str, Any]:
             global_step = epoch * steps_per_epoch + step
             began = time.perf_counter()
+            if plan.refuse_nan:
+                _require_finite(self.model, epoch, step)
             state = {"loop": loop, "epoch": epoch, "step": step, "global_step": global_step,
                      "steps_per_epoch": steps_per_epoch, "reason": reason,
                      "files": files.save(epoch, step, global_step)}
             seconds = time.perf_counter() - began
             state.update(saved_at=time.time(), save_seconds=seconds)
-            if chief:
-                write_json(write_dir / STATE_FILE, state)  # the commit: only now is this save the one to restore
+            if chief and commit is not None:
+                commit(state)  # only now is this save the one to restore
+            files.prune(state)
             self.saves.append(seconds)
             self.last_state = state
             self.saved_at = global_step

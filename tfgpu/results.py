@@ -14,17 +14,19 @@ A run directory holds:
 - ``plan.json``: the plan (environment, ``tf.config`` calls, strategy);
 - ``metrics.csv``: one row per epoch, flushed as each epoch ends;
 - ``summary.json``: devices, replicas, batches, loop, epoch times,
-  samples/s, final metrics and the run's status (``running``, ``completed``,
-  ``failed``, ``interrupted``, ``preempted``);
+  samples/s, final metrics, and the run's state, of which it is the one file:
+  its status (``running``, ``completed``, ``failed``, ``interrupted``,
+  ``preempted``), process, data seed, epochs done and the commit record of
+  its last checkpoint (``checkpoint.committed``);
 - ``model.keras``: the trained model (``keras.Model.save``);
 - ``tensorboard/``: TensorBoard logs (``output.tensorboard``);
 - ``evaluation.json``: written later by ``tfgpu evaluate``;
-- ``checkpoint/``: the last checkpoint and ``state.json`` (:mod:`tfgpu.checkpoint`),
+- ``checkpoint/``: the last checkpoint's files (:mod:`tfgpu.checkpoint`),
   removed once ``model.keras`` is written; ``tfgpu run --resume`` reopens the
   directory (:mod:`tfgpu.resume`).
 
 ``config.yaml``, ``config.resolved.yaml``, ``plan.json``, ``summary.json``,
-``model.keras`` and the checkpoint's ``state.json`` and ``progress.json`` are
+``model.keras`` and the checkpoint's ``progress.json`` are
 replaced atomically (written to a temporary file, then renamed), so a process
 killed at any moment leaves the old file or the whole new one, never half of
 one. ``metrics.csv`` is appended instead, one row per finished epoch (Keras's

@@ -11,6 +11,12 @@ the epochs the checkpoint holds; and it finishes the run as ``completed``,
 error the command line reports (:meth:`RunDir.running`). What each file holds:
 :mod:`tfgpu.results`.
 
+``summary.json`` is the run's one state file and this object its one writer:
+the status and process, the data seed, the epochs done and the commit record
+of the last checkpoint (:meth:`RunDir.commit`) are written together,
+atomically, so no two copies can disagree; ``--resume`` and restarted workers
+read them back from it (:func:`tfgpu.checkpoint.read_state`).
+
 A full disk loses nothing:
 
 - a write that fails with ``ENOSPC`` or ``EDQUOT`` (a config file,
@@ -49,7 +55,7 @@ from .results import (CONFIG_FILE, create_run_dir, disk_full, disk_full_error, f
 from .resume import RUN_DIR_ENV, Resumed, keep_metrics, restart_record
 from .startup_log import RUN_FILE as STARTUP_LOG_FILE
 
-SUMMARY_FILE = "summary.json"
+SUMMARY_FILE = ckpt.SUMMARY_FILE
 #: The reserve file: deleted before the last ``summary.json`` write, so that write has room.
 RESERVE_FILE = ".reserve"
 #: The reserve's size: room for the final summary (a few KiB: about 4 KiB for 2 epochs) beside the old one.
@@ -205,12 +211,15 @@ class RunDir:
             summary["first_started_at"] = previous.get("first_started_at", previous.get("started_at"))
             if self.chief:
                 self.epochs.rows[:] = keep_metrics(self.path, resumed.start.epoch)
-        if self._resumable:
-            state = resumed.state if resumed is not None else None
+                summary["epochs"] = list(self.epochs.rows)
+        state = resumed.state if resumed is not None else None
+        if self._resumable or state is not None:
             summary["checkpoint"] = {
-                "dir": str(self.home / ckpt.CHECKPOINT_DIR), "every_epochs": cfg.train.checkpoint.every_epochs,
-                "every_steps": cfg.train.checkpoint.every_steps,
+                "dir": str(self.home / ckpt.CHECKPOINT_DIR), "enabled": self._resumable,
+                "every_epochs": cfg.train.checkpoint.every_epochs, "every_steps": cfg.train.checkpoint.every_steps,
                 "restored_from": {"epoch": state["epoch"], "step": state["step"]} if state else None}
+            if state is not None:  # the commit stays the run's until a later save replaces it
+                summary["checkpoint"]["committed"] = state
         self.summary = summary
         self._reserve(cfg.train.epochs)
         try:
@@ -218,6 +227,27 @@ class RunDir:
         except TfgpuError:
             remove_quietly(self.path / RESERVE_FILE)
             raise
+
+    def commit(self, state: dict[str, Any]) -> None:
+        """Make ``state`` (a completed checkpoint save's record) the one to resume from: ``summary.json`` is written.
+
+        ``summary.json`` is the run's one state file: its status and process,
+        the data seed, the epochs done (their rows, as ``metrics.csv`` has
+        them) and this commit record are written together, atomically, so they
+        never disagree. The checkpoint callback calls it after each save.
+
+        Raises:
+            DiskFull, OutputError: it cannot be written (the previous commit stays).
+        """
+        self.summary.setdefault("checkpoint", {})["committed"] = state
+        self.summary["epochs"] = list(self.epochs.rows)
+        self.summary["epochs_completed"] = len(self.epochs.rows)
+        write_json(self.path / SUMMARY_FILE, self.summary)
+
+    @property
+    def committed(self) -> Optional[dict[str, Any]]:
+        """The commit record of the last completed checkpoint save (``None``: none yet)."""
+        return (self.summary.get("checkpoint") or {}).get("committed")
 
     def record(self, fields: dict[str, Any]) -> None:
         """Add ``fields`` to the summary (written at the next write); a dict merges into a dict already there."""
@@ -339,10 +369,7 @@ class RunDir:
         if path is not None and re.search(r"_temp[^/]*/", str(path)):  # TensorFlow's sharded save: name the checkpoint
             path = Path(re.sub(r"_temp[^/]*/.*$", "", str(path)))
         done = len(self.epochs.rows)
-        try:
-            state = ckpt.read_state(self.home) if self._resumable else None
-        except OutputError:
-            state = None
+        state = self.committed
         if not self._resumable:
             kept = "train.checkpoint is off: a new run starts from the first epoch"
         elif state is None:

@@ -81,28 +81,94 @@ def run(recipe: Optional[str], overrides: Sequence[str] = (), output_dir: Option
         DiskFull: the disk or the quota filled up (exit 8); what was written
             and the last checkpoint are kept, ``--resume`` continues.
         Interrupted: Ctrl-C; likewise with ``"status": "interrupted"``.
-        Preempted: SIGTERM or the requeue signal; a checkpoint was saved
-            (``"status": "preempted"``, exit code 75).
+        Preempted: SIGTERM or the requeue signal (exit code 75), handled
+            from the moment the config is read: while training a checkpoint
+            is saved at the next call boundary; at any other moment the run
+            stops at once, naming what it was doing (``"status": "preempted"``
+            once the run directory exists; the requeue signal also requeues
+            the Slurm job).
     """
-    from . import _setup  # noqa: PLC0415  (tfgpu/__init__.py imports nothing from here)
-
     started = (time.perf_counter(), time.time())
     extra = [f"output.dir={output_dir}"] if output_dir else []
     cfg, resumed, target = request(recipe, [*overrides, *extra], resume)
+    stop = ckpt.StopSignals(cfg.train.checkpoint.requeue_signal)
+    with stop.installed():
+        try:
+            return _run(cfg, recipe, resumed, target, stop, started)
+        except Preempted as exc:
+            raise _preempted(exc, stop, target) from None
+
+
+def _run(cfg: Config, recipe: Optional[str], resumed: Any, target: Optional[Path], stop: ckpt.StopSignals,
+         started: tuple[float, float]) -> RunResult:
+    """:func:`run`'s pipeline, with ``stop`` handling SIGTERM and the requeue signal from its first step."""
+    from . import _setup  # noqa: PLC0415  (tfgpu/__init__.py imports nothing from here)
+
+    stop.doing = "checking the config and the data files"
     source, check_seconds = check(cfg, target)
+    stop.doing = "starting TensorFlow"
     info = _setup(cfg, keep_log=False)
+    stop.reassert()  # a multi-worker strategy's start replaced the SIGTERM handler (tfgpu.checkpoint.StopSignals)
+    stop.chief = info.is_chief
     if info.is_chief:
         for warning in info.plan.warnings:
             warn(warning)
+    stop.doing = "loading the data"
     loading = time.perf_counter()
-    data, pipes = load(cfg, info, source)
+    seed = run_seed(cfg, info, resumed)
+    data, pipes = load(cfg, info, source, seed=seed)
     pipes.info["seconds"] = {"check": check_seconds, "load": time.perf_counter() - loading}
     if resumed is not None:
         check_same_shape(resumed.summary, info, pipes.steps_per_epoch)
+    stop.doing = "building the model"
     trainer = Trainer(cfg, info, data, pipes)
+    trainer.stop = stop
+    stop.doing = "writing the run directory"
     with RunDir.open(cfg, recipe, info, target) as run_dir:
-        run_dir.begin(cfg, info, trainer.facts(), resumed, started)
+        try:
+            run_dir.begin(cfg, info, {**trainer.facts(), "data_seed": seed}, resumed, started)
+        except Preempted as exc:  # (the requeue, if any, is done on the way out: run)
+            raise Preempted(exc.message, _resume_hint(run_dir.path)) from None
         return train(run_dir, trainer, resumed)
+
+
+def run_seed(cfg: Config, info: Any, resumed: Any) -> Optional[int]:
+    """The seed of the run's data shuffles, the same for its whole life.
+
+    ``tensorflow.seed`` when set. Otherwise the seed the run was created with
+    (``summary.json``'s ``data_seed``) when it resumes, so a mid-epoch resume
+    skips the batches of the very shuffle it was cut in; for a new run, one
+    drawn now, or with several workers one derived from the cluster's
+    addresses (:func:`tfgpu.data.data_seed`: the same on every worker).
+    """
+    import secrets  # noqa: PLC0415
+
+    from .data import data_seed  # noqa: PLC0415
+
+    if cfg.tensorflow.seed is not None:
+        return cfg.tensorflow.seed
+    kept = resumed.summary.get("data_seed") if resumed is not None else None
+    if kept is not None:
+        return int(kept)
+    derived = data_seed(cfg, info.cluster)
+    return derived if derived is not None else secrets.randbelow(2 ** 31)
+
+
+def _preempted(exc: Preempted, stop: ckpt.StopSignals, run_dir: Optional[Path]) -> Preempted:
+    """A stop signal's :class:`Preempted` with the requeue done (the requeue signal, outside training) and the fix."""
+    said = ""
+    if stop.requeue and stop.outside and stop.chief and os.environ.get("SLURM_JOB_ID"):
+        said = f" {ckpt.requeue(os.environ['SLURM_JOB_ID'])}."  # (in training the chief's checkpoint callback did)
+    if exc.hint:
+        return Preempted(exc.message + said, exc.hint) if said else exc
+    if run_dir is not None and is_run_dir(run_dir):
+        return Preempted(exc.message + said, _resume_hint(run_dir))
+    return Preempted(exc.message + said, "nothing was trained or written; run the same command again (exit code 75 "
+                                         "means: run this job again).")
+
+
+def _resume_hint(run_dir: Path) -> str:
+    return f"continue with 'tfgpu run --resume {run_dir}' (exit code 75 means: run this job again)."
 
 
 def check(cfg: Config, target: Optional[Path]) -> tuple[Any, float]:
@@ -133,16 +199,23 @@ def train(run_dir: RunDir, trainer: Trainer, resumed: Any) -> RunResult:
             say(line)
     state = resumed.state if resumed is not None else None
     start = resumed.start if resumed is not None else ckpt.Position()
-    callbacks = trainer.callbacks(run_dir, state, start)
-    if chief and state and trainer.saver is not None:
-        say(f"resumed from the checkpoint at epoch {start.epoch + 1} step {start.step} "
-            f"(global step {state['global_step']}); metrics.csv keeps epochs 1-{start.epoch}")
+    stop = trainer.stop or ckpt.StopSignals(None)
     with run_dir.running(trainer.outcome):
+        stop.doing = "restoring the checkpoint"
+        callbacks = trainer.callbacks(run_dir, state, start)
+        if chief and state:
+            say(f"resumed from the checkpoint at epoch {start.epoch + 1} step {start.step} "
+                f"(global step {state['global_step']}); metrics.csv keeps epochs 1-{start.epoch}"
+                + ("" if trainer.saver is not None else "; train.checkpoint is off now, so nothing more is saved"))
+        stop.doing = "training"
         trainer.train(callbacks, start)
         if cfg.output.save_model:
+            stop.doing = "saving model.keras"
             replace_atomic(run_dir.path / "model.keras", trainer.save, run_dir.path / ".model.tmp.keras",
                            "check the disk space and permissions; the run's metrics are kept.")
+        stop.doing = "testing"
         run_dir.record(trainer.test(run_dir.epochs.rows))
+        stop.doing = "finishing"
     if trainer.saver is not None and cfg.output.save_model:
         run_dir.drop_checkpoint()  # model.keras holds the result now
     summary = run_dir.summary

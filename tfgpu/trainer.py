@@ -160,6 +160,8 @@ class Trainer:
         per_call_reason: why, in words (``summary.json``: ``steps_per_execution_reason``).
         profile: the calls ``train.profile_steps`` profiles, or ``None``.
         traces: the custom loop's trace counts after training, else ``None``.
+        stop: the process's :class:`~tfgpu.checkpoint.StopSignals` (set by
+            :func:`tfgpu.runner.run`), or ``None`` (signals are not handled).
 
     Raises:
         ConfigError: the model, loss or metrics do not fit the data, or
@@ -249,9 +251,9 @@ class Trainer:
             "global_batch_size": info.global_batch_size,
             "steps_per_epoch": pipes.steps_per_epoch,
             "steps_per_execution": self.per_call,
+            "steps_per_execution_reason": self.per_call_reason,
             "lr_scaling": plan.lr_scaling,
             "learning_rate": self.learning_rate,
-            "steps_per_execution_reason": self.per_call_reason,
             "jit_compile": plan.jit_compile,
             "jit_compile_reason": plan.jit_compile_reason,
             "mixed_precision": plan.mixed_precision,
@@ -310,9 +312,13 @@ class Trainer:
         """Epoch statistics (into ``run.epochs``), ``metrics.csv``, TensorBoard and the checkpoint, in that order.
 
         ``run`` is the :class:`~tfgpu.rundir.RunDir`; ``state`` the checkpoint
-        to restore first (``None``: a fresh start). The checkpoint callback
-        comes after ``CSVLogger`` (an epoch's row is written before its
-        checkpoint; see :func:`tfgpu.checkpoint.checkpoint_callback`).
+        to restore first (``None``: a fresh start). It is restored whenever the
+        run resumes, also with ``train.checkpoint`` off now (no further saves
+        then). The checkpoint callback comes after ``CSVLogger`` (an epoch's row
+        is written before its checkpoint; see :func:`tfgpu.checkpoint.checkpoint_callback`).
+
+        Raises:
+            OutputError: the checkpoint to restore is missing, damaged or does not fit the model.
         """
         import keras  # noqa: PLC0415
 
@@ -321,35 +327,40 @@ class Trainer:
         if self.cfg.output.tensorboard:
             calls = tuple(self.profile["calls"]) if self.profile else 0
             callbacks.append(keras.callbacks.TensorBoard(log_dir=str(run.path / "tensorboard"), profile_batch=calls))
-        if self.cfg.train.checkpoint.enabled:
-            self.saver = self._checkpointing(run, state, start)
-            callbacks.append(self.saver)
+        if self.cfg.train.checkpoint.enabled or state is not None:
+            files = self._files(run)
+            if state is not None:
+                with self.info.scope():
+                    files.restore(state, run.home / ckpt.CHECKPOINT_DIR)
+            if self.cfg.train.checkpoint.enabled:
+                self.saver = self._checkpointing(run, files, start)
+                callbacks.append(self.saver)
         return callbacks
 
-    def _checkpointing(self, run: Any, state: Optional[dict[str, Any]], start: ckpt.Position) -> Any:
-        """The checkpoint callback; restores ``state`` first (every worker, from the chief's files)."""
+    def _files(self, run: Any) -> Any:
+        """The checkpoint files of ``train.loop`` in this process's ``RUN_DIR/checkpoint``."""
+        write_dir = run.path / ckpt.CHECKPOINT_DIR
+        with self.info.scope():
+            if self.cfg.train.loop == "fit":
+                return ckpt.FitFiles(self.model, write_dir)
+            return ckpt.CustomFiles(self.model, self.optimizer, write_dir)
+
+    def _checkpointing(self, run: Any, files: Any, start: ckpt.Position) -> Any:
+        """The checkpoint callback: saves into ``files``, commits each save in ``run`` (the chief)."""
         cfg, info = self.cfg, self.info
         settings = cfg.train.checkpoint
-        write_dir = run.path / ckpt.CHECKPOINT_DIR
-        with info.scope():
-            if cfg.train.loop == "fit":
-                files = ckpt.FitFiles(self.model, write_dir)
-            else:
-                files = ckpt.CustomFiles(self.model, self.optimizer, write_dir)
-            if state is not None:
-                files.restore(state, run.home / ckpt.CHECKPOINT_DIR)
 
         def on_stop(saved: dict) -> str:
             job = os.environ.get("SLURM_JOB_ID")
             return ckpt.requeue(job) if job else "no Slurm job to requeue (SLURM_JOB_ID is not set)"
 
-        plan = ckpt.SavePlan(write_dir=write_dir, chief=info.is_chief, steps_per_epoch=self.pipes.steps_per_epoch,
-                             epochs=cfg.train.epochs, every_epochs=settings.every_epochs,
-                             every_steps=settings.every_steps, loop=cfg.train.loop, start=start)
-        self.stop = ckpt.StopSignals(settings.requeue_signal)
+        plan = ckpt.SavePlan(write_dir=files.directory, chief=info.is_chief,
+                             steps_per_epoch=self.pipes.steps_per_epoch, epochs=cfg.train.epochs,
+                             every_epochs=settings.every_epochs, every_steps=settings.every_steps,
+                             loop=cfg.train.loop, start=start, refuse_nan=cfg.train.terminate_on_nan)
         return ckpt.checkpoint_callback(files, plan, self.stop,
                                         ckpt.agreement(info.strategy) if info.plan.num_workers > 1 else None,
-                                        on_stop)
+                                        on_stop, run.commit if info.is_chief else None)
 
     def job(self) -> Job:
         """What the loop runs, as plain data."""
@@ -372,7 +383,10 @@ class Trainer:
         from .loops.fit import train_fit  # noqa: PLC0415
 
         progress = progress_mode(self.cfg.train.progress) if self.info.is_chief else "none"
-        with (self.stop or contextlib.nullcontext()):
+        # With a checkpoint to save, a stop signal waits for the next call boundary (the callback saves and
+        # stops); without one it stops the run at once (tfgpu.checkpoint.StopSignals).
+        deferred = self.stop is not None and self.saver is not None
+        with (self.stop.deferred() if deferred else contextlib.nullcontext()):
             if self.cfg.train.loop == "fit":
                 train_fit(self.job(), callbacks, progress, (start.epoch, start.step))
             else:

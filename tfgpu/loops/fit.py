@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any, Optional
 
@@ -41,10 +42,14 @@ def train_fit(job: Job, callbacks: list, progress: str, start: tuple[int, int] =
     Wraps: https://keras.io/api/models/model_training_apis/#fit-method
     """
     callbacks = [call_timer(max_call_seconds), *callbacks]  # before the checkpoint's batch end (a save)
+    at = [start[0]]  # the epoch being trained, for the NaN message
     if job.terminate_on_nan:
         import keras  # noqa: PLC0415
 
-        callbacks = [*callbacks, keras.callbacks.TerminateOnNaN()]
+        # First, and raising: a graceful stop would still run the later callbacks' epoch end, whose
+        # checkpoint save would commit the NaN weights as the position to resume from.
+        callbacks = [keras.callbacks.TerminateOnNaN(raise_error=True),
+                     keras.callbacks.LambdaCallback(on_epoch_begin=lambda e, logs: at.__setitem__(0, e)), *callbacks]
     epochs, steps_per_epoch = job.epochs, job.steps_per_epoch
     epoch, step = start
     calls = []
@@ -55,9 +60,17 @@ def train_fit(job: Job, callbacks: list, progress: str, start: tuple[int, int] =
         calls.append((epoch, epochs, steps_per_epoch, epoch * steps_per_epoch))
     for first, end, steps, skip in calls:
         # The dataset is shuffled by tf.data, so fit must not try to shuffle it.
-        history = job.model.fit(job.train_epochs(epochs, skip), validation_data=job.validation, initial_epoch=first,
-                                epochs=end, steps_per_epoch=steps, callbacks=callbacks, verbose=VERBOSE[progress],
-                                shuffle=False)
+        try:
+            history = job.model.fit(job.train_epochs(epochs, skip), validation_data=job.validation,
+                                    initial_epoch=first, epochs=end, steps_per_epoch=steps, callbacks=callbacks,
+                                    verbose=VERBOSE[progress], shuffle=False)
+        except RuntimeError as exc:
+            found = re.match(r"NaN or Inf loss encountered at batch \d+\. Loss value: (\S+)\.", str(exc))
+            if found is None:
+                raise
+            check_loss(float(found.group(1)), at[0] + 1, " (keras.callbacks.TerminateOnNaN); the last "
+                       "checkpoint before it is kept")
+            raise
         losses = history.history.get("loss", [])
         if job.terminate_on_nan and losses:
             check_loss(float(losses[-1]), first + len(losses), " (keras.callbacks.TerminateOnNaN)")
