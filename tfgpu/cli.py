@@ -313,7 +313,7 @@ def doctor(recipe: str | None, overrides: tuple[str, ...], as_json: bool, quiet:
     Checks the platform, the NVIDIA driver and NVML, CUDA_VISIBLE_DEVICES, the
     TensorFlow packages and build, each CUDA/cuDNN library TensorFlow loads, the
     driver's CUDA version, each GPU's compute capability, what TensorFlow sees,
-    memory in use, and the tfgpu config (RECIPE, else TFGPU_CONFIG, else the
+    memory in use, /dev/shm's size where NCCL would use it, and the tfgpu config (RECIPE, else TFGPU_CONFIG, else the
     defaults) against the GPUs. With backend: jax it also starts JAX (a child
     process) and checks jax, jaxlib, the CUDA plugin and JAX's devices;
     TensorFlow's GPU checks then stay silent (it only reads data), and so does
