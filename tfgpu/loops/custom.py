@@ -12,7 +12,7 @@ per step. Each function is traced once; the counts are returned.
 
 Call length: stop signals, ``every_steps`` saves, ``progress.json`` and the
 progress bar act only between calls, so a call is kept under
-:data:`MAX_CALL_SECONDS`: each call is timed (the devices synchronised after it)
+:data:`MAX_CALL_SECONDS`: each call is timed (to the host's read of its step count)
 and the next calls are shortened when one took longer (:func:`next_steps_per_call`).
 The step count is a tensor, so a shorter call is not a new trace.
 """
@@ -101,10 +101,13 @@ def train_custom(job: Job, callbacks: list, progress: str, start: tuple[int, int
         max_call_seconds: a training call runs at most ``job.steps_per_execution``
             steps (an epoch's last call the steps left); when one takes longer
             than this, the next calls run fewer (:func:`next_steps_per_call`; the
-            first call, which traces, is not counted). Each call is followed by
-            ``tf.test.experimental.sync_devices()``, so on a GPU its time is the
-            work done, not only the work queued. With several workers they all
-            use the mean of their times, so their calls keep the same boundaries.
+            first call, which traces, is not counted). After each call the
+            optimizer's step counter is read on the host, which waits for the
+            call's updates, so on a GPU its time is the work done, not only the
+            work queued (``tf.test.experimental.sync_devices()`` would also
+            sync the other workers' devices, which fails: "Haven't set up remote
+            eager worker"). With several workers they all use the mean of their
+            times, so their calls keep the same boundaries.
 
     Returns:
         How many times each step function was traced:
@@ -114,8 +117,7 @@ def train_custom(job: Job, callbacks: list, progress: str, start: tuple[int, int
         TrainingError: the loss became NaN or infinite (with ``job.terminate_on_nan``).
 
     Wraps: https://www.tensorflow.org/api_docs/python/tf/distribute/Strategy#run,
-    https://www.tensorflow.org/api_docs/python/tf/nn/compute_average_loss,
-    https://www.tensorflow.org/api_docs/python/tf/test/experimental/sync_devices and
+    https://www.tensorflow.org/api_docs/python/tf/nn/compute_average_loss and
     https://www.tensorflow.org/tutorials/distribute/custom_training
     """
     import keras  # noqa: PLC0415
@@ -203,7 +205,7 @@ def train_custom(job: Job, callbacks: list, progress: str, start: tuple[int, int
             began = time.perf_counter()
             train_steps(train_batches, tf.constant(n, tf.int32))
             if timed:
-                tf.test.experimental.sync_devices()
+                keras.ops.convert_to_numpy(optimizer.iterations)  # waits for the call's updates
                 seconds = time.perf_counter() - began
                 cap = next_steps_per_call(cap, n, mean_over_workers(seconds), steps_per_execution, max_call_seconds)
                 if seconds > max_call_seconds and not told:
