@@ -233,7 +233,8 @@ def test_a_split_too_big_for_memory_is_streamed_and_the_summary_says_why(tmp_pat
     """, TF_CPP_MIN_LOG_LEVEL="3")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "MEMORY False False" in result.stdout
-    assert "CACHE none: decoded it would take 3.7 MiB; half of the" in result.stdout  # 5,000 digits of 784 bytes
+    # 5,000 digits of 784 bytes and their int32 labels: 3,940,000 bytes
+    assert "CACHE none: decoded it would take 3.8 MiB; half of the" in result.stdout
     assert "BATCH (500, 28, 28, 1) float32 True" in result.stdout
 
 

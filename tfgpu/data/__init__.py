@@ -69,13 +69,36 @@ def prepare(source: Source, cfg: DataConfig, context: LoadContext, train: bool =
     Raises:
         DataError: the data cannot be read or does not fit the config.
     """
-    from .pipeline import build_pipelines, materialize  # noqa: PLC0415
+    from .pipeline import BATCHES_CACHED, build_pipelines, materialize  # noqa: PLC0415
 
     data = source.load(context)
-    data, cache = materialize(data, cfg, context.seed, skip=() if train else ("train",))
-    pipes = build_pipelines(data, cfg, context.global_batch_size, context.seed, context.num_workers)
+    data, cache = materialize(data, cfg, context.seed, skip=() if train else ("train",),
+                              workers_on_host=context.workers_on_host, global_batch=context.global_batch_size,
+                              workers=context.num_workers)
+    cached = {name for name, how in cache.items() if how.startswith(BATCHES_CACHED)}
+    pipes = build_pipelines(data, cfg, context.global_batch_size, context.seed, context.num_workers, cached)
     pipes.info["cache"] = cache
     return data, pipes
+
+
+def host_of(address: str) -> str:
+    """The host of a ``host:port`` address, by name; ``localhost``, ``127.x.x.x`` and ``::1`` are one."""
+    host = address.rsplit(":", 1)[0] if address.count(":") == 1 or address.startswith("[") else address
+    host = host.strip("[]").lower()
+    return "localhost" if host in ("localhost", "::1") or host.startswith("127.") else host
+
+
+def workers_on_host(cluster: Any) -> int:
+    """How many of ``cluster``'s workers (the chief included) run on this process's host; 1 without a cluster.
+
+    ``tfgpu run --workers N`` starts N on 127.0.0.1: each holds its own copy of
+    the data, so the memory a worker may decode into is divided by this
+    (:func:`tfgpu.data.pipeline.memory_allowance`). Hosts are compared by name.
+    """
+    if cluster is None:
+        return 1
+    here = host_of(cluster.address)
+    return max(1, sum(host_of(address) == here for hosts in cluster.jobs.values() for address in hosts))
 
 
 def data_seed(cfg: Config, cluster: Any) -> Optional[int]:
@@ -102,7 +125,8 @@ def load(cfg: Config, info: Any, source: Source, train: bool = True) -> tuple[Da
     cluster = info.cluster
     context = LoadContext(global_batch_size=info.global_batch_size, num_replicas=info.num_replicas,
                           seed=data_seed(cfg, cluster), num_workers=cluster.num_workers if cluster else 1,
-                          worker_index=cluster.worker_index if cluster else 0)
+                          worker_index=cluster.worker_index if cluster else 0,
+                          workers_on_host=workers_on_host(cluster))
     if info.backend == "jax":
         return prepare_for_jax(source, cfg.data, context, info.num_replicas, train)
     return prepare(source, cfg.data, context, train)

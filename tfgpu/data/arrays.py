@@ -13,15 +13,58 @@ from __future__ import annotations
 
 import zipfile
 from pathlib import Path
-from typing import Optional
+from typing import IO, Any, Optional
 
 import numpy as np
+from numpy.lib import format as npy_format
 
 from ..config import DataConfig
 from ..config.schema import ARRAY_ROLES
 from ..errors import DataError
-from .base import Data, DataSpec, LoadContext, Source, Split, check_finite, existing, holdout, in_memory_labels, \
-    label_task, rescale_for
+from .base import Data, DataSpec, LoadContext, Source, Split, check_finite, existing, holdout, label_task, \
+    rescale_for
+from .pipeline import aligned, aligned_empty
+
+
+def read_aligned(f: IO[bytes]) -> Optional[np.ndarray]:
+    """The array of an open ``.npy`` file, read into an :func:`~tfgpu.data.pipeline.aligned_empty` buffer.
+
+    ``np.load`` returns arrays that TensorFlow must copy before it can use them
+    (:data:`~tfgpu.data.pipeline.ALIGNMENT`); read here, they are held once.
+    Returns ``None`` where ``np.load`` should read it instead: Fortran order,
+    dtypes other than numbers and booleans (Python objects, which
+    ``allow_pickle=False`` refuses with its own message), an unknown format version.
+
+    Raises:
+        ValueError: not a ``.npy`` header, or the data ends early.
+    """
+    version = npy_format.read_magic(f)
+    if version not in ((1, 0), (2, 0)):
+        return None
+    read_header = npy_format.read_array_header_1_0 if version == (1, 0) else npy_format.read_array_header_2_0
+    shape, fortran_order, dtype = read_header(f)
+    if fortran_order or dtype.kind not in "biuf":
+        return None
+    out = aligned_empty(shape, dtype)
+    view = memoryview(out.reshape(-1).view(np.uint8))
+    done = 0
+    while done < len(view):
+        n = f.readinto(view[done:done + (1 << 20)])  # 1 MiB at a time: a zip member reads via bytes
+        if not n:
+            raise ValueError(f"the array data ends after {done} of {len(view)} bytes")
+        done += n
+    return out
+
+
+def _npz_array(data: Any, name: str) -> np.ndarray:
+    """Array ``name`` of a ``.npz`` opened by ``np.load`` (through :func:`read_aligned` where it can)."""
+    member = f"{name}.npy"
+    if member in data.zip.namelist():
+        with data.zip.open(member) as f:
+            array = read_aligned(f)
+        if array is not None:
+            return array
+    return data[name]
 
 
 def read_npz(path: Path, names: dict[str, str], required: tuple[str, ...], fix: str) -> dict[str, np.ndarray]:
@@ -49,7 +92,7 @@ def read_npz(path: Path, names: dict[str, str], required: tuple[str, ...], fix: 
                     f"{path} lacks the array(s) {', '.join(missing)}; it holds {', '.join(data.files) or 'nothing'}.",
                     fix,
                 )
-            return {role: data[name] for role, name in names.items() if name in data.files}
+            return {role: _npz_array(data, name) for role, name in names.items() if name in data.files}
     except DataError:
         raise
     except Exception as exc:  # zipfile/pickle/OS errors all mean an unreadable file
@@ -65,7 +108,9 @@ def _read_npy_dir(directory: Path, names: dict[str, str]) -> dict[str, np.ndarra
         if not path.is_file():
             continue
         try:
-            found[role] = np.load(path, allow_pickle=False)
+            with open(path, "rb") as f:
+                array = read_aligned(f)
+            found[role] = array if array is not None else np.load(path, allow_pickle=False)
         except Exception as exc:  # a damaged file, or one of Python objects
             raise DataError(f"cannot read {path} as a .npy array: {str(exc).strip().rstrip('.')}.",
                             "re-create it with numpy.save; it must hold a plain numeric array.") from None
@@ -144,6 +189,8 @@ class ArraysSource(Source):
             )
 
     def load(self, context: LoadContext) -> Data:
+        if "x_train" not in self.arrays:  # handed over by an earlier load: read the files again
+            self.check()
         return arrange(self, self.arrays, f"arrays from {self.where}", self.where)
 
 
@@ -157,6 +204,12 @@ def arrange(source: Source, arrays: dict[str, np.ndarray], description: str, whe
     seeded random choice), the ``x_val``/``y_val`` arrays, the test arrays
     (then ``validation_is_test``), else none. Float64 inputs are kept as float32.
 
+    The arrays are handed over: each is taken out of ``arrays`` (a source's own
+    dict) as it is held, in a buffer TensorFlow uses in place
+    (:func:`~tfgpu.data.pipeline.aligned`: a copy only where the dtype changes
+    or the buffer is not aligned), so no second copy stays alive; a source's
+    ``load`` is called once after its ``check``.
+
     Args:
         origins: where each split (``train``, ``val``, ``test``) came from, in words;
             default: ``<where>: x_train, y_train`` and so on.
@@ -168,33 +221,36 @@ def arrange(source: Source, arrays: dict[str, np.ndarray], description: str, whe
     cfg: DataConfig = source.cfg
     origins = {s: f"{where}: x_{s}, y_{s}" for s in ("train", "val", "test")} | (origins or {})
     label_where = {s: f"{where}: y_{s}" for s in ("train", "val", "test")} | (label_where or {})
-    ys = [(label_where[s], arrays[f"y_{s}"]) for s in ("train", "val", "test") if f"y_{s}" in arrays]
-    labels = label_task(ys, source.loss, cfg.num_classes or num_classes)
-    x_train = arrays["x_train"]
-    x_dtype = "uint8" if x_train.dtype == np.uint8 else "float32"
+    labels = label_task([(label_where[s], arrays[f"y_{s}"]) for s in ("train", "val", "test") if f"y_{s}" in arrays],
+                        source.loss, cfg.num_classes or num_classes)
+    x_dtype = "uint8" if arrays["x_train"].dtype == np.uint8 else "float32"
 
-    def compact(x: np.ndarray) -> np.ndarray:
-        return x if x.dtype == np.dtype(x_dtype) else np.asarray(x, dtype=x_dtype)
+    def compact(role: str) -> np.ndarray:
+        return aligned(arrays.pop(role), x_dtype)
 
-    def label(y: np.ndarray) -> np.ndarray:  # class numbers as one column, (N, 1), become (N,)
+    def label(role: str) -> np.ndarray:  # class numbers as one column, (N, 1), become (N,)
+        y = arrays.pop(role)
         if labels.task == "classification" and y.ndim == 2 and y.shape[1] == 1:
             y = y[:, 0]
-        return in_memory_labels(y, labels)
+        return aligned(y, labels.dtype)
 
-    x_train, y_train = compact(x_train), label(arrays["y_train"])
+    def taken(a: np.ndarray, indices: np.ndarray) -> np.ndarray:
+        return np.take(a, indices, axis=0, out=aligned_empty((len(indices), *a.shape[1:]), a.dtype))
+
+    x_train, y_train = compact("x_train"), label("y_train")
     validation = test = None
     is_test = False
     if cfg.validation_split is not None:
         keep, held = holdout(len(x_train), cfg.validation_split, source.split_seed, where)
         origin = f"validation_split {cfg.validation_split} of the training samples (seed {source.split_seed})"
-        validation = Split("validation", origin, x_train[held], y_train[held], size=len(held))
-        x_train, y_train = x_train[keep], y_train[keep]
+        validation = Split("validation", origin, taken(x_train, held), taken(y_train, held), size=len(held))
+        x_train, y_train = taken(x_train, keep), taken(y_train, keep)
     elif "x_val" in arrays:
-        validation = Split("validation", origins["val"], compact(arrays["x_val"]),
-                           label(arrays["y_val"]), size=len(arrays["x_val"]))
+        x_val = compact("x_val")
+        validation = Split("validation", origins["val"], x_val, label("y_val"), size=len(x_val))
     if "x_test" in arrays:
-        test = Split("test", origins["test"], compact(arrays["x_test"]),
-                     label(arrays["y_test"]), size=len(arrays["x_test"]))
+        x_test = compact("x_test")
+        test = Split("test", origins["test"], x_test, label("y_test"), size=len(x_test))
         if validation is None:
             validation, test, is_test = Split("validation", test.origin + " (the test split)", test.x, test.y,
                                               size=test.size), None, True

@@ -175,6 +175,8 @@ class LoadContext:
         num_replicas: replicas in sync.
         seed: ``tensorflow.seed`` (shuffling), or ``None``.
         num_workers, worker_index: the input pipelines (1 and 0 on one machine).
+        workers_on_host: the workers on this host, this one included (their decoded
+            data shares its memory: :func:`tfgpu.data.pipeline.memory_allowance`).
     """
 
     global_batch_size: int
@@ -182,6 +184,7 @@ class LoadContext:
     seed: Optional[int] = None
     num_workers: int = 1
     worker_index: int = 0
+    workers_on_host: int = 1
 
     def input_context(self) -> Any:
         """The ``tf.distribute.InputContext`` a builder gets for sharding and per-replica batches.

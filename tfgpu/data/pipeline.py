@@ -2,13 +2,14 @@
 
 In memory (``kind: mnist``, ``keras``, ``arrays``, ``csv``, NumPy from a
 builder, and every streamed source with ``cache: true`` once decoded): the
-samples stay in memory as one tensor in their stored dtype (uint8 images);
-each epoch the sample *indices* are shuffled (reshuffled every epoch from
+samples stay in memory once, as one array in their stored dtype (uint8 images)
+that TensorFlow reads in place (:func:`aligned`, :func:`held_bytes`); each
+epoch the sample *indices* are shuffled (one permutation per epoch from
 ``tensorflow.seed``), batched into global batches, and each batch is gathered,
 cast to float32, rescaled and given its channel axis in one vectorised
-``map`` (parallel), then prefetched. Shuffling 8-byte indices instead of
-samples is what makes it cheap (about 1.7x the samples/s of shuffling MNIST's
-images, measured on 2 cores).
+``map`` (parallel), then prefetched; validation and test batches are gathered
+the same way, in order. Shuffling indices instead of samples is what makes it
+cheap (about 1.7x the samples/s of shuffling MNIST's images, measured on 2 cores).
 
 Streamed (``image_folder``, ``tfrecord``, unbatched builder datasets): with
 ``cache: true`` (the default) a split is decoded once, before training, with
@@ -16,7 +17,8 @@ parallel decoding, into memory, and then takes the path above; so every epoch,
 the first included, runs at the in-memory speed, and a file that cannot be
 decoded is a data error before anything is written. It is streamed instead when
 ``cache`` is ``false``, a folder (``tf.data.Dataset.cache`` files there), or
-when the decoded splits together would take more than half of the memory available:
+when the decoded splits together would take more than half of the memory available
+(shared by the workers on one host: :func:`memory_allowance`):
 files are read in parallel (``interleave`` / parallel ``map``), reshuffled
 (file order, then a ``shuffle_buffer`` of samples, default 10,000), batched,
 transformed as above, prefetched.
@@ -38,7 +40,7 @@ import math
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Collection, Optional
 
 import numpy as np
 
@@ -47,8 +49,19 @@ from ..errors import DataError
 from .base import Data, DataSpec, Reader, Split, tf_error_text
 
 #: A streamed split is decoded into memory (``cache: true``) only if it takes at most
-#: this fraction of the memory available when the run starts.
+#: this fraction of the memory available when the run starts (shared by the workers on one
+#: host: :func:`memory_allowance`).
 MEMORY_FRACTION = 0.5
+#: Arrays held in memory start at a multiple of this many bytes, so that TensorFlow can use their
+#: buffer in place (a tensor's buffer must be aligned to Eigen's ``EIGEN_MAX_ALIGN_BYTES``, 64 on
+#: x86 builds with AVX-512). NumPy's large arrays start 16 bytes into a page; ``tf.constant``
+#: copies any array, and an unaligned one twice over (docs/data.md#memory has the commands).
+ALIGNMENT = 64
+#: Bytes a training sample adds in memory: its place in the epoch's order (an int32 index) and,
+#: while an epoch's order is drawn, in the range it is drawn from.
+INDEX_BYTES = 8
+#: The ``cache`` summary of a builder's batched split whose float32 batches are cached in memory.
+BATCHES_CACHED = "memory (float32 batches cached in the first epoch"
 #: Samples in the shuffle buffer of a streamed split, unless ``data.shuffle_buffer`` says otherwise.
 STREAM_SHUFFLE_BUFFER = 10_000
 
@@ -80,8 +93,14 @@ class Pipelines:
     train_epochs: Any = None
 
 
-def options(policy: str = "DATA") -> Any:
+def options(policy: str = "DATA", rewrite: bool = True) -> Any:
     """``tf.data.Options``: the auto-shard policy, and tf.data's model-based autotuner off.
+
+    ``rewrite=False`` (in-memory splits) also turns tf.data's default static
+    optimisations off: applying them rewrites the dataset's graph, and the
+    rewrite copies the tensors its functions capture, here the whole split
+    (docs/data.md#memory has the command). They have nothing to fuse in that
+    pipeline (the ``map`` is parallel and followed by a ``prefetch`` already).
 
     The autotuner runs a thread per iterator whose timed wait (doubling up to
     60 s) an iterator's destruction waits out (gdb: ~RootDataset::Iterator ->
@@ -97,6 +116,8 @@ def options(policy: str = "DATA") -> Any:
     opts = tf.data.Options()
     opts.experimental_distribute.auto_shard_policy = getattr(tf.data.experimental.AutoShardPolicy, policy)
     opts.autotune.enabled = False
+    if not rewrite:
+        opts.experimental_optimization.apply_default_optimizations = False
     return opts
 
 
@@ -158,14 +179,75 @@ def available_bytes() -> Optional[int]:
         return None
 
 
+def memory_allowance(available: Optional[int], workers_on_host: int = 1) -> Optional[float]:
+    """Bytes this worker's decoded splits may take together, or ``None`` when the memory available is unknown.
+
+    :data:`MEMORY_FRACTION` of ``available``, shared equally by the workers on
+    this host (``tfgpu run --workers N`` starts N on one machine, and each holds
+    its own copy of the data): 2 workers on one host get a quarter each.
+    """
+    return None if available is None else MEMORY_FRACTION * available / max(1, workers_on_host)
+
+
 def decoded_bytes(spec: DataSpec, samples: int) -> int:
-    """Bytes a split takes in memory, decoded (stored dtype, e.g. uint8 images)."""
+    """Bytes a split's inputs take in memory, decoded (stored dtype, e.g. uint8 images)."""
     return samples * int(math.prod(spec.sample_shape)) * np.dtype(spec.x_dtype).itemsize
 
 
+def held_bytes(spec: DataSpec, samples: int, train: bool = False, workers: int = 1) -> int:
+    """Bytes a split held in memory takes (what the budget counts).
+
+    Inputs and labels in their stored dtypes, and for training :data:`INDEX_BYTES`
+    a sample. Besides the batches in flight, that is all the pipeline keeps on
+    one worker: TensorFlow reads the arrays in place (:func:`aligned`), and
+    in-memory batches are gathered every epoch, not cached. With several
+    ``workers``, twice the arrays: tf.distribute's auto-sharding rewrites each
+    worker's dataset graph, and the rewrite copies the tensors it captures.
+    """
+    labels = samples * int(math.prod(spec.target_shape)) * np.dtype(spec.label_dtype).itemsize
+    arrays = (decoded_bytes(spec, samples) + labels) * (2 if workers > 1 else 1)
+    return arrays + (samples * INDEX_BYTES if train else 0)
+
+
+def cached_bytes(spec: DataSpec, samples: int) -> int:
+    """Bytes a ``tf.data`` cache of transformed batches takes: float32 inputs (4x uint8) and the labels."""
+    labels = samples * int(math.prod(spec.target_shape)) * np.dtype(spec.label_dtype).itemsize
+    return samples * int(math.prod(spec.input_shape)) * 4 + labels
+
+
+def aligned_empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """An uninitialised C-contiguous array whose buffer starts at a multiple of :data:`ALIGNMENT` bytes."""
+    dtype = np.dtype(dtype)
+    nbytes = int(math.prod(shape)) * dtype.itemsize
+    raw = np.empty(nbytes + ALIGNMENT, np.uint8)
+    start = -raw.ctypes.data % ALIGNMENT
+    return raw[start:start + nbytes].view(dtype).reshape(shape)
+
+
+def shareable(a: np.ndarray) -> bool:
+    """TensorFlow can hold ``a``'s buffer in place (through DLPack): numbers, C-contiguous, writeable, aligned."""
+    return bool(a.dtype.kind in "iuf" and a.dtype.isnative and a.flags.c_contiguous and a.flags.writeable
+                and a.ctypes.data % ALIGNMENT == 0)
+
+
+def aligned(a: np.ndarray, dtype: Any = None) -> np.ndarray:
+    """``a`` (as ``dtype``) itself where TensorFlow can hold it in place (:func:`shareable`), else an aligned copy."""
+    dtype = a.dtype.newbyteorder("=") if dtype is None else np.dtype(dtype)
+    if (a.dtype == dtype and shareable(a)) or dtype.kind not in "iuf":
+        return a if a.dtype == dtype else a.astype(dtype)
+    out = aligned_empty(a.shape, dtype)
+    out[...] = a
+    return out
+
+
 def to_memory(dataset: Any, what: str, spec: Optional[DataSpec] = None,
-              reader: Optional[Reader] = None) -> tuple[np.ndarray, np.ndarray]:
+              reader: Optional[Reader] = None, size: Optional[int] = None) -> tuple[np.ndarray, np.ndarray]:
     """Read a dataset of ``(x, y)`` samples once, in parallel, into NumPy arrays.
+
+    With ``spec`` and the number of samples (``size``) known, the samples are
+    written straight into :func:`aligned_empty` arrays of the stored dtypes: one
+    copy held, never two (:func:`held_bytes`). Otherwise (or when ``size`` was
+    wrong) the batches are joined at the end.
 
     Raises:
         DataError: a sample cannot be decoded (naming the file, when the reader can find it).
@@ -173,8 +255,17 @@ def to_memory(dataset: Any, what: str, spec: Optional[DataSpec] = None,
     import tensorflow as tf  # noqa: PLC0415
 
     xs, ys = [], []
+    filled, x_all, y_all = 0, None, None
+    if spec is not None and size:
+        x_all = aligned_empty((size, *spec.sample_shape), spec.x_dtype)
+        y_all = aligned_empty((size, *spec.target_shape), spec.label_dtype)
     try:
         for x, y in dataset.batch(1024).prefetch(tf.data.AUTOTUNE).as_numpy_iterator():
+            if (x_all is not None and not xs and filled + len(x) <= size and x.shape[1:] == x_all.shape[1:]
+                    and y.shape[1:] == y_all.shape[1:]):
+                x_all[filled:filled + len(x)], y_all[filled:filled + len(x)] = x, y
+                filled += len(x)
+                continue
             xs.append(x)
             ys.append(y)
     except (tf.errors.OpError, ValueError) as exc:
@@ -183,13 +274,25 @@ def to_memory(dataset: Any, what: str, spec: Optional[DataSpec] = None,
             f"{what}: a sample cannot be read: {where or tf_error_text(exc)}.",
             "replace or remove that file (or record); images of different sizes need data.image_size.",
         ) from None
+    if x_all is not None and not xs and filled == size:
+        return x_all, y_all
+    if filled:  # the count was not the size: join what was read
+        xs.insert(0, x_all[:filled])
+        ys.insert(0, y_all[:filled])
     if not xs:
         raise DataError(f"{what}: there are no samples.", "check the source's files.")
-    x, y = np.concatenate(xs), np.concatenate(ys)
-    if spec is not None:
-        x = x.astype(spec.x_dtype, copy=False)
-        y = y.astype(spec.label_dtype, copy=False)
-    return x, y
+    return (_joined(xs, spec.x_dtype if spec is not None else xs[0].dtype),
+            _joined(ys, spec.label_dtype if spec is not None else ys[0].dtype))
+
+
+def _joined(parts: list[np.ndarray], dtype: Any) -> np.ndarray:
+    """``np.concatenate(parts).astype(dtype)`` into one :func:`aligned_empty` array (no second copy)."""
+    out = aligned_empty((sum(len(p) for p in parts), *parts[0].shape[1:]), dtype)
+    start = 0
+    for part in parts:
+        out[start:start + len(part)] = part
+        start += len(part)
+    return out
 
 
 def _cache_dir(setting: str, data_cfg: DataConfig, split: Split) -> Path:
@@ -205,12 +308,19 @@ def _cache_dir(setting: str, data_cfg: DataConfig, split: Split) -> Path:
 
 
 def materialize(data: Data, data_cfg: DataConfig, seed: Optional[int] = None,
-                skip: tuple[str, ...] = ()) -> tuple[Data, dict[str, str]]:
+                skip: tuple[str, ...] = (), workers_on_host: int = 1, global_batch: Optional[int] = None,
+                workers: int = 1) -> tuple[Data, dict[str, str]]:
     """With ``cache: true``, decode each streamed split into memory (when it fits); else leave it streamed.
 
-    The splits decoded together may take at most :data:`MEMORY_FRACTION` of the
-    memory available; ``skip`` names splits that are not needed (``tfgpu
-    evaluate`` does not train, so it does not decode the training split).
+    The splits decoded together may take at most :func:`memory_allowance`:
+    :data:`MEMORY_FRACTION` of the memory available, divided by the workers on
+    this host. A split counts what it will hold (:func:`held_bytes`: twice its
+    arrays with several ``workers``); a builder's batched validation or test
+    split, whose float32 batches ``tf.data`` caches in its first epoch, counts
+    those (:func:`cached_bytes` of ``size x global_batch`` samples, at most) and
+    is read every epoch instead when they do not fit. ``skip`` names splits that
+    are not needed (``tfgpu evaluate`` does not train, so it does not decode the
+    training split).
 
     Returns:
         The data (streamed splits replaced by in-memory ones where decoded), and
@@ -222,28 +332,42 @@ def materialize(data: Data, data_cfg: DataConfig, seed: Optional[int] = None,
     info: dict[str, str] = {}
     splits = {}
     available = available_bytes()
-    allowance = None if available is None else MEMORY_FRACTION * available  # for all splits together
+    allowance = memory_allowance(available, workers_on_host)  # for all splits together
+
+    def too_big(need: int, what: str) -> str:
+        shared = f", shared by the {workers_on_host} workers on this host," if workers_on_host > 1 else ""
+        return (f"none: {what} it would take {_size(need)}; half of the {_size(available)} available{shared} "
+                f"leaves {_size(allowance)} for it")
+
     for split in data.splits():
         if split.in_memory:
-            info[split.name] = "memory (read before training)"
+            held = held_bytes(data.spec, len(split.x), split.name == "train", workers)
+            info[split.name] = f"memory (read before training: {_size(held)})"
+            if allowance is not None:  # what it will hold beyond its arrays, which MemAvailable already lacks
+                allowance = max(0.0, allowance - (held - held_bytes(data.spec, len(split.x))))
             continue
         if split.name in skip:
             info[split.name] = "none (not needed)"
             continue
         if split.batches is not None:
-            info[split.name] = "none (batched by the builder)"
+            need = cached_bytes(data.spec, split.size * global_batch) if global_batch and split.size else 0
+            if data_cfg.cache is not True or split.name == "train" or not need:
+                info[split.name] = "none (batched by the builder)"
+            elif allowance is None or need <= allowance:
+                info[split.name] = f"{BATCHES_CACHED}: at most {_size(need)})"
+                allowance = allowance - need if allowance is not None else None
+            else:
+                info[split.name] = too_big(need, "cached as float32 batches") + "; read from the builder every epoch"
             continue
-        need = decoded_bytes(data.spec, split.size or 0)
+        need = held_bytes(data.spec, split.size or 0, split.name == "train", workers)
         if data_cfg.cache is True and (allowance is None or need <= allowance):
             x, y = to_memory(split.reader.dataset(shuffle=False, seed=seed), f"data ({split.name}: {split.origin})",
-                             data.spec, split.reader)
+                             data.spec, split.reader, split.size)
             splits[split.name] = split.with_arrays(x, y)
             info[split.name] = f"memory (decoded once before training: {_size(need)})"
             allowance = allowance - need if allowance is not None else None
         elif data_cfg.cache is True:
-            info[split.name] = (f"none: decoded it would take {_size(need)}; half of the {_size(available)} "
-                                f"available leaves {_size(allowance)} for it; set data.cache to a folder to cache "
-                                "on disk")
+            info[split.name] = too_big(need, "decoded") + "; set data.cache to a folder to cache on disk"
         elif data_cfg.cache is False:
             info[split.name] = "none (data.cache: false): read and decoded every epoch"
         else:
@@ -320,41 +444,73 @@ def normalization_stats(data: Data) -> tuple[np.ndarray, np.ndarray]:
     return mean.astype(np.float32), variance.astype(np.float32)
 
 
+def _held(a: np.ndarray) -> Any:
+    """``a`` as a CPU tensor on the same buffer (DLPack, no copy) where it is :func:`shareable`, else a copy."""
+    import tensorflow as tf  # noqa: PLC0415
+
+    if shareable(a):
+        try:
+            return tf.experimental.dlpack.from_dlpack(a.__dlpack__())  # holds a reference to ``a``
+        except (AttributeError, BufferError, TypeError, ValueError, tf.errors.OpError):
+            pass  # NumPy or TensorFlow without it: a copy
+    return tf.constant(a)
+
+
 def _in_memory(split: Split, spec: DataSpec, global_batch: int, opts: Any, train: bool,
-               shuffle_buffer: Optional[int], seed: Optional[int], cache: bool) -> Any:
-    """A split held in memory: the validation/test dataset, or for training ``(epochs, skip) -> dataset``."""
+               shuffle_buffer: Optional[int], seed: Optional[int]) -> Any:
+    """A split held in memory: the validation/test dataset, or for training ``(epochs, skip) -> dataset``.
+
+    The arrays are held once: the tensors the batches are gathered from share
+    their buffers (:func:`_held`), and validation and test batches are gathered
+    in order every pass, like training batches, instead of being cached as
+    float32 (4x the uint8 images).
+    """
     import tensorflow as tf  # noqa: PLC0415
 
     apply = transform(spec)
     n = len(split.x)
-    if train:
-        x = tf.constant(split.x)
-        y = tf.constant(split.y)
-        indices = tf.data.Dataset.range(n).shuffle(shuffle_buffer or n, seed=seed, reshuffle_each_iteration=True)
-        indices = indices.batch(global_batch)
+    x, y = _held(split.x), _held(split.y)
 
-        def epochs_of(epochs: int, skip: int = 0) -> Any:
-            ds = indices.repeat(epochs).skip(skip)  # a skipped batch costs its indices only
-            ds = ds.map(lambda i: apply(tf.gather(x, i), tf.gather(y, i)), num_parallel_calls=tf.data.AUTOTUNE)
-            return ds.prefetch(tf.data.AUTOTUNE).with_options(opts)
+    def gathered(indices: Any) -> Any:
+        ds = indices.map(lambda i: apply(tf.gather(x, i), tf.gather(y, i)), num_parallel_calls=tf.data.AUTOTUNE)
+        return ds.prefetch(tf.data.AUTOTUNE).with_options(opts)
 
-        return epochs_of
-    ds = tf.data.Dataset.from_tensor_slices((split.x, split.y)).batch(global_batch)
-    ds = ds.map(apply, num_parallel_calls=tf.data.AUTOTUNE)
-    if cache:
-        ds = ds.cache()
-    return ds.prefetch(tf.data.AUTOTUNE).with_options(opts)
+    if not train:
+        return gathered(tf.data.Dataset.range(n).batch(global_batch))
+    if shuffle_buffer is not None and shuffle_buffer < n:  # a window of the samples, as tf.data shuffles
+        window = tf.data.Dataset.range(n).shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+        window = window.batch(global_batch)
+        return lambda epochs, skip=0: gathered(window.repeat(epochs).skip(skip))  # skipped: indices only
+    # All samples: each epoch's order is one tensor of indices (INDEX_BYTES), drawn from (seed, epoch); a
+    # shuffle buffer of all the indices would hold a tensor each, about 215 bytes an index (docs/data.md#memory).
+    key = tf.constant(seed if seed is not None else int(np.random.default_rng().integers(2**31)), tf.int64)
+    index_dtype = tf.int32 if n < 2**31 else tf.int64
+    steps = math.ceil(n / global_batch)
+
+    def batches_of(epoch: Any) -> Any:
+        order = tf.random.experimental.stateless_shuffle(tf.range(n, dtype=index_dtype), seed=tf.stack([key, epoch]))
+        return tf.data.Dataset.from_tensor_slices(order).batch(global_batch)
+
+    def epochs_of(epochs: int, skip: int = 0) -> Any:
+        first, skip = divmod(skip, steps)  # whole epochs are not drawn; a skipped batch costs its indices only
+        return gathered(tf.data.Dataset.range(first, max(first, epochs)).flat_map(batches_of).skip(skip))
+
+    return epochs_of
 
 
 def _streamed(split: Split, spec: DataSpec, data_cfg: DataConfig, global_batch: int, opts: Any, train: bool,
-              seed: Optional[int]) -> Any:
-    """A streamed split: the validation/test dataset, or for training ``(epochs, skip) -> dataset``."""
+              seed: Optional[int], cache_batches: bool = True) -> Any:
+    """A streamed split: the validation/test dataset, or for training ``(epochs, skip) -> dataset``.
+
+    ``cache_batches``: a builder's batched validation/test split is cached in
+    memory, as float32 batches, in its first pass (with ``cache: true``).
+    """
     import tensorflow as tf  # noqa: PLC0415
 
     apply = transform(spec)
     if split.batches is not None:
         ds = split.batches()
-        if data_cfg.cache is True and not train:
+        if data_cfg.cache is True and not train and cache_batches:
             ds = ds.map(apply, num_parallel_calls=tf.data.AUTOTUNE).cache()
             return ds.prefetch(tf.data.AUTOTUNE).with_options(opts)
     else:
@@ -379,7 +535,7 @@ def _streamed(split: Split, spec: DataSpec, data_cfg: DataConfig, global_batch: 
 
 
 def build_pipelines(data: Data, data_cfg: DataConfig, global_batch: int, seed: Optional[int] = None,
-                    workers: int = 1) -> Pipelines:
+                    workers: int = 1, cache_batches: Optional[Collection[str]] = None) -> Pipelines:
     """The training, validation and test pipelines of (already :func:`materialize`\\ d) data.
 
     Args:
@@ -388,22 +544,24 @@ def build_pipelines(data: Data, data_cfg: DataConfig, global_batch: int, seed: O
         global_batch: samples per step over all replicas.
         seed: ``tensorflow.seed`` for the shuffles.
         workers: input pipelines (machines); 1 here.
+        cache_batches: the builder's batched splits whose float32 batches fit in memory
+            (:func:`materialize` decides); ``None``: every one, with ``cache: true``.
 
     Returns:
         :class:`Pipelines`: the datasets, in global batches, and their step counts.
     """
     files = len(data.train.reader.files) if data.train.reader is not None else 0
     policy, why = choose_sharding(files, workers, data.train.in_memory)
-    opts = options(policy)
+    opts, in_memory_opts = options(policy), options(policy, rewrite=False)
 
     def make(split: Optional[Split], train: bool) -> tuple[Any, int]:
         if split is None:
             return None, 0
         if split.in_memory:
-            ds = _in_memory(split, data.spec, global_batch, opts, train, data_cfg.shuffle_buffer, seed,
-                            cache=data_cfg.cache is not False)
+            ds = _in_memory(split, data.spec, global_batch, in_memory_opts, train, data_cfg.shuffle_buffer, seed)
         else:
-            ds = _streamed(split, data.spec, data_cfg, global_batch, opts, train, seed)
+            ds = _streamed(split, data.spec, data_cfg, global_batch, opts, train, seed,
+                           cache_batches is None or split.name in cache_batches)
         steps = split.size if split.batches is not None else math.ceil(split.size / global_batch)
         return ds, steps
 
