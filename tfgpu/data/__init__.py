@@ -111,20 +111,22 @@ def data_seed(cfg: Config, cluster: Any) -> Optional[int]:
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "big")
 
 
-def load(cfg: Config, info: Any, source: Source, train: bool = True) -> tuple[Data, Any]:
+def load(cfg: Config, info: Any, source: Source, train: bool = True, seed: Optional[int] = None) -> tuple[Data, Any]:
     """A checked source's data and pipelines for the devices ``info`` describes (after :func:`tfgpu.setup`).
 
     ``train=False`` (evaluation) does not decode the training split. With
     several workers, the pipelines carry each worker's sharding policy. On
     ``backend: jax``, :func:`prepare_for_jax`'s feeds (no TensorFlow); else
-    :func:`prepare`'s ``tf.data`` pipelines.
+    :func:`prepare`'s ``tf.data`` pipelines. ``seed``: the shuffles' seed
+    (the run's, :func:`tfgpu.runner.run_seed`); default :func:`data_seed`.
 
     Raises:
         DataError: the data cannot be read or does not fit the config.
     """
     cluster = info.cluster
     context = LoadContext(global_batch_size=info.global_batch_size, num_replicas=info.num_replicas,
-                          seed=data_seed(cfg, cluster), num_workers=cluster.num_workers if cluster else 1,
+                          seed=seed if seed is not None else data_seed(cfg, cluster),
+                          num_workers=cluster.num_workers if cluster else 1,
                           worker_index=cluster.worker_index if cluster else 0,
                           workers_on_host=workers_on_host(cluster))
     if info.backend == "jax":
