@@ -232,3 +232,21 @@ def test_summary_is_the_one_state_file(two_replica_runs):
         assert not (run_dir / "checkpoint").exists()  # model.keras holds the result
         assert sorted(p.name for p in run_dir.iterdir() if p.suffix == ".json") == ["plan.json", "summary.json"]
         json.dumps(s)
+
+
+@pytest.mark.slow
+def test_a_stop_in_an_epochs_last_call_saves_after_its_validation_and_resume_finishes(tmp_path):
+    """The seed recipe runs each 6-step epoch in one call, so a SIGTERM lands in an epoch's last call: the stop
+    used to save the position (epoch e, step 6) before the epoch's validation and row, and the resumed fit ran
+    a zero-step epoch (it crashed, exit 139, in the container test). Now the stop waits for the epoch's end."""
+    process = start(SEED, "--set", "train.epochs=4", "--output-dir", str(tmp_path))
+    run_dir = wait_for(checkpoint_at(tmp_path, 6), process, pause=0.01)
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 75, err[-3000:]
+    state = read_state(run_dir)
+    assert state["step"] == 0 and state["epoch"] >= 2, state
+    assert epochs_in(run_dir) == list(range(state["epoch"]))  # every epoch the checkpoint holds has its row
+    result = resume(run_dir)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert epochs_in(run_dir) == [0, 1, 2, 3] and summary_of(run_dir)["status"] == "completed"

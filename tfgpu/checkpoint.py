@@ -586,7 +586,8 @@ def checkpoint_callback(files: Any, plan: SavePlan, stop: Optional[StopSignals] 
                 self.progress_at = time.monotonic()
                 write_json(write_dir / PROGRESS_FILE, {"epoch": self.epoch, "step": step,
                                                         "global_step": global_step, "at": time.time()})
-            self._check_stop(self.epoch, step)
+            if step < steps_per_epoch:  # at the epoch's last step: after its validation and row (on_epoch_end)
+                self._check_stop(self.epoch, step)
 
         def on_epoch_end(self, epoch: int, logs: Optional[dict] = None) -> None:
             due = self.next_steps is not None and (epoch + 1) * steps_per_epoch >= self.next_steps
