@@ -275,19 +275,18 @@ def test_sigterm_saves_a_checkpoint_exits_75_and_the_run_resumes(image, runs_dir
 
 @pytest.mark.parametrize("init", [True, False], ids=["--init", "no-init"])
 def test_sigterm_while_tensorflow_starts(image, runs_dir, init):
-    """With --init (podman: catatonit; docker: tini) tfgpu is not PID 1, and SIGTERM's default action ends it
-    before tfgpu has a handler: exit 143 at once. Without an init tfgpu is PID 1, for which the kernel drops
-    a signal without a handler: the stop waits its whole grace time and kills (137). docs/containers.md."""
-    grace = 4
+    """SIGTERM before training, with or without --init (PID 1 or not): tfgpu handles it from the moment its config
+    is read (the kernel would drop a signal without a handler to PID 1, and kill another process at once), holds
+    it while TensorFlow starts, then stops with 75 naming the phase. docs/containers.md."""
+    grace = 30
     with Detached("run", "recipes/mnist.yaml", "--set", "train.epochs=50",
                   options=(*(["--init"] if init else []), *mounts(runs_dir))) as container:
-        time.sleep(1)
+        time.sleep(2)
         started = time.monotonic()
-        assert podman("stop", "--time", str(grace), container.name, timeout=60).returncode == 0
+        assert podman("stop", "--time", str(grace), container.name, timeout=90).returncode == 0
         seconds = time.monotonic() - started
         code = container.wait()
+        logs = container.logs()
     print(f"SIGTERM while TensorFlow starts, {'with' if init else 'without'} --init: exit {code} after {seconds:.1f} s")
-    if init:
-        assert code == 143 and seconds < grace, f"exit {code} after {seconds:.1f} s"
-    else:
-        assert code == 137 and seconds >= grace, f"exit {code} after {seconds:.1f} s"
+    assert code == 75 and seconds < grace, f"exit {code} after {seconds:.1f} s\n{logs[-2000:]}"
+    assert "tfgpu: preempted: SIGTERM arrived while" in logs and "Traceback" not in logs

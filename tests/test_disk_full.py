@@ -169,25 +169,26 @@ def test_a_full_disk_at_each_write_seam_exits_8_keeps_the_run_and_resume_finishe
 
 
 @pytest.mark.slow
-def test_a_summary_that_cannot_be_updated_is_known_stale_and_resume_finishes(tmp_path):
+def test_a_commit_record_that_cannot_be_written_exits_8_and_resume_finishes(tmp_path):
+    """The first checkpoint's commit record is a write of summary.json (the run's one state file): when it fails the
+    run ends with exit 8 naming summary.json, the failed write leaves no temporary file, so the final status is
+    written, and --resume finishes the run."""
     run_dir = tmp_path / "run"
     proc = subprocess.Popen([*run_cli_command(), "run", SMALL, "--set", "train.epochs=10", "--resume", str(run_dir)],
                             env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120
     while not (run_dir / "summary.json").exists() and time.time() < deadline and proc.poll() is None:
         time.sleep(0.01)
-    # The next write of summary.json fails: the first checkpoint's commit record (the run's one state file).
-    os.symlink("/dev/full", run_dir / ".summary.json.tmp")
+    os.symlink("/dev/full", run_dir / ".summary.json.tmp")  # the next write of summary.json: the first commit
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 8, out[-2000:] + err[-3000:]
-    assert "cannot write" in err and str(run_dir / "summary.json") in err
+    assert f"cannot write {run_dir / 'summary.json'}" in err
     summary = summary_of(run_dir)
-    assert summary["status"] == "running" and "stale" not in summary
-    assert stale_status(summary) is not None  # its process is gone: nobody is misled
+    assert summary["status"] == "failed" and summary["error"].startswith("the disk is full")
+    assert "committed" not in summary["checkpoint"] and leftovers(run_dir) == []
     resumed = run_cli("run", "--resume", str(run_dir), "--set", "train.progress=epoch")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    restart = summary_of(run_dir)["restarts"][-1]
-    assert restart["previous_status"] == "running" and "has ended" in restart["previous_status_stale"]
+    assert summary_of(run_dir)["restarts"][-1]["previous_status"] == "failed"
     assert epochs_in(run_dir) == list(range(10))
 
 

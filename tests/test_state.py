@@ -16,6 +16,7 @@ import pytest
 
 from tfgpu.checkpoint import read_state
 from tfgpu.config import load_config
+from tfgpu.results import stale_status
 
 from .conftest import ROOT, one_paragraph, only_run_dir, run_cli
 from .test_faults import SEED, checkpoint_at, epochs_in, fake_scontrol, resume, start, summary_of, wait_for
@@ -214,12 +215,15 @@ def test_a_stop_signal_while_the_test_split_is_evaluated_ends_as_preempted(tmp_p
 def test_without_a_seed_a_resumed_run_keeps_its_data_seed(tmp_path):
     """Fault 6: the shuffle seed is drawn once, when the run is created, and read back on every resume."""
     run_dir = _kill_after_epochs(tmp_path, 1, "--set", "train.epochs=3", "--set", "tensorflow.seed=null")
-    seed = summary_of(run_dir)["data_seed"]
+    killed = summary_of(run_dir)
+    seed = killed["data_seed"]
     assert isinstance(seed, int)
+    assert killed["status"] == "running" and "has ended" in stale_status(killed)  # kill -9 left it; known stale
     result = resume(run_dir)
     assert result.returncode == 0, result.stderr[-3000:]
     s = summary_of(run_dir)
     assert s["status"] == "completed" and s["data_seed"] == seed and epochs_in(run_dir) == [0, 1, 2]
+    assert "has ended" in s["restarts"][0]["previous_status_stale"]
 
 
 def test_summary_is_the_one_state_file(two_replica_runs):

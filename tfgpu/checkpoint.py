@@ -403,6 +403,24 @@ class StopSignals:
                 signal.signal(sig, self._handle)
 
     @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """Inside, a signal only sets :attr:`received`; the run stops (:class:`~tfgpu.errors.Preempted`) when the block ends.
+
+        For TensorFlow's import and start-up: an exception raised into the
+        middle of importing its C++ modules was seen to abort the process
+        (SIGABRT) instead of ending it with 75. They take seconds, far under a
+        scheduler's grace period.
+        """
+        self._deferred = True
+        try:
+            yield
+        finally:
+            self._deferred = False
+        if self.received is not None:
+            self.outside = True
+            raise Preempted(f"{self.received} arrived while {self.doing}; the run stopped there.")
+
+    @contextlib.contextmanager
     def deferred(self) -> Iterator[None]:
         """Inside: a signal only sets :attr:`received` (the checkpoint callback stops at the next call boundary)."""
         if self.received is not None:  # arrived just before: stop now

@@ -239,10 +239,18 @@ class RunDir:
         Raises:
             DiskFull, OutputError: it cannot be written (the previous commit stays).
         """
-        self.summary.setdefault("checkpoint", {})["committed"] = state
+        record = self.summary.setdefault("checkpoint", {})
+        before = dict(record), self.summary.get("epochs"), self.summary.get("epochs_completed")
+        record["committed"] = state
         self.summary["epochs"] = list(self.epochs.rows)
         self.summary["epochs_completed"] = len(self.epochs.rows)
-        write_json(self.path / SUMMARY_FILE, self.summary)
+        try:
+            write_json(self.path / SUMMARY_FILE, self.summary)
+        except BaseException:  # not committed: the summary written later must not name this save
+            record.clear()
+            record.update(before[0])
+            self.summary["epochs"], self.summary["epochs_completed"] = before[1], before[2]
+            raise
 
     @property
     def committed(self) -> Optional[dict[str, Any]]:

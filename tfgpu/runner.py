@@ -107,8 +107,9 @@ def _run(cfg: Config, recipe: Optional[str], resumed: Any, target: Optional[Path
     stop.doing = "checking the config and the data files"
     source, check_seconds = check(cfg, target)
     stop.doing = "starting TensorFlow"
-    info = _setup(cfg, keep_log=False)
-    stop.reassert()  # a multi-worker strategy's start replaced the SIGTERM handler (tfgpu.checkpoint.StopSignals)
+    with stop.held():  # (an exception raised into TensorFlow's import aborts the process)
+        info = _setup(cfg, keep_log=False)
+        stop.reassert()  # a multi-worker strategy's start replaced the SIGTERM handler (StopSignals.reassert)
     stop.chief = info.is_chief
     if info.is_chief:
         for warning in info.plan.warnings:
