@@ -16,8 +16,8 @@ fresh host folder at ``/work/runs``:
 - SIGINT (``podman kill --signal INT``) during training: exit 130, the run kept (interrupted);
   SIGTERM (``podman stop``): a checkpoint, exit 75 (preempted), and ``run --resume`` in a
   new container finishes it; the health check passes while it trains;
-- with ``--init``, SIGTERM while TensorFlow starts ends the container at once (143); without
-  an init, tfgpu is PID 1 and the kernel drops it (docs/containers.md).
+- SIGTERM while TensorFlow starts, with or without ``--init``: exit 75 once TensorFlow has
+  started (tfgpu, even as PID 1, has a handler from the moment its config is read; docs/containers.md).
 
 Marked ``container`` (and ``slow``: a build of about 2 minutes). Where no engine can run
 (podman or debootstrap missing, not root, ``podman --runtime runc info`` failing) the module
