@@ -739,9 +739,10 @@ class CheckpointConfig(_Section):
         enabled: save checkpoints into ``RUN_DIR/checkpoint/`` so that
             ``tfgpu run --resume RUN_DIR`` (and worker restarts) continue a
             killed run; and stop at SIGTERM with a checkpoint (exit code 75).
-            ``fit``: ``keras.callbacks.BackupAndRestore(double_checkpoint=True)``
-            writes the files; ``custom``: ``tf.train.CheckpointManager``
-            (``max_to_keep=2``). On by default: one save of the MNIST recipe's
+            ``fit``: ``keras.Model.save_weights``; ``custom``:
+            ``tf.train.Checkpoint.write``; each save under a new name, committed
+            in ``summary.json``, then older ones deleted. Off on ``--resume``:
+            the checkpoint is still restored. On by default: one save of the MNIST recipe's
             model costs milliseconds (docs/checkpoints.md has the figures).
         every_epochs: save at the end of every N-th epoch (and the last).
         every_steps: also save every N training steps (at the first
