@@ -358,9 +358,8 @@ class StopSignals:
         self.doing = "starting"
         #: A signal stopped the run outside training (its handler raised; no checkpoint callback saw it).
         self.outside = False
-        #: This process is the run's chief (the one that requeues a Slurm job): until TensorFlow's cluster is
-        #: known, what ``TF_CONFIG`` or Slurm's task number say.
-        self.chief = _chief_by_environment()
+        #: This process is the run's chief (the one that requeues a Slurm job); the caller sets it.
+        self.chief = True
         self._deferred = False
         self._previous: dict[int, Any] = {}
 
@@ -436,20 +435,6 @@ class StopSignals:
     def requeue(self) -> bool:
         """The signal received is the requeue signal."""
         return self.received is not None and self.received == self.requeue_signal
-
-
-def _chief_by_environment() -> bool:
-    """Whether this process is a run's chief, from ``TF_CONFIG`` or Slurm's task number (before TensorFlow starts)."""
-    try:
-        tf_config = json.loads(os.environ.get("TF_CONFIG") or "{}")
-    except ValueError:
-        tf_config = {}
-    task = tf_config.get("task") or {}
-    if task:
-        if task.get("type") == "chief":
-            return True
-        return task.get("type") == "worker" and int(task.get("index", 0)) == 0 and "chief" not in tf_config.get("cluster", {})
-    return os.environ.get("SLURM_PROCID", "0") == "0"
 
 
 def requeue(job_id: str) -> str:

@@ -92,6 +92,7 @@ def run(recipe: Optional[str], overrides: Sequence[str] = (), output_dir: Option
     extra = [f"output.dir={output_dir}"] if output_dir else []
     cfg, resumed, target = request(recipe, [*overrides, *extra], resume)
     stop = ckpt.StopSignals(cfg.train.checkpoint.requeue_signal)
+    stop.chief = _chief_by_config(cfg)  # until TensorFlow's cluster is known (then info.is_chief)
     with stop.installed():
         try:
             return _run(cfg, recipe, resumed, target, stop, started)
@@ -153,6 +154,20 @@ def run_seed(cfg: Config, info: Any, resumed: Any) -> Optional[int]:
         return int(kept)
     derived = data_seed(cfg, info.cluster)
     return derived if derived is not None else secrets.randbelow(2 ** 31)
+
+
+def _chief_by_config(cfg: Config) -> bool:
+    """Whether this process is the run's chief, before TensorFlow starts: the cluster the plan will resolve
+    (:func:`tfgpu.cluster.resolve_cluster`) for ``multi_worker_mirrored``, else the one process is."""
+    from .cluster import resolve_cluster  # noqa: PLC0415
+    from .errors import ConfigError  # noqa: PLC0415
+
+    if cfg.distribute.strategy != "multi_worker_mirrored":
+        return True
+    try:
+        return resolve_cluster(cfg.distribute, os.environ).is_chief
+    except ConfigError:  # the plan reports it when TensorFlow starts
+        return True
 
 
 def _preempted(exc: Preempted, stop: ckpt.StopSignals, run_dir: Optional[Path]) -> Preempted:
