@@ -61,9 +61,9 @@ def train_fit(job: Job, callbacks: list, progress: str, start: tuple[int, int] =
     for first, end, steps, skip in calls:
         # The dataset is shuffled by tf.data, so fit must not try to shuffle it.
         try:
-            history = job.model.fit(job.train_epochs(epochs, skip), validation_data=job.validation,
-                                    initial_epoch=first, epochs=end, steps_per_epoch=steps, callbacks=callbacks,
-                                    verbose=VERBOSE[progress], shuffle=False)
+            job.model.fit(job.train_epochs(epochs, skip), validation_data=job.validation, initial_epoch=first,
+                          epochs=end, steps_per_epoch=steps, callbacks=callbacks, verbose=VERBOSE[progress],
+                          shuffle=False)
         except RuntimeError as exc:
             found = re.match(r"NaN or Inf loss encountered at batch \d+\. Loss value: (\S+)\.", str(exc))
             if found is None:
@@ -71,9 +71,6 @@ def train_fit(job: Job, callbacks: list, progress: str, start: tuple[int, int] =
             check_loss(float(found.group(1)), at[0] + 1, " (keras.callbacks.TerminateOnNaN); the last "
                        "checkpoint before it is kept")
             raise
-        losses = history.history.get("loss", [])
-        if job.terminate_on_nan and losses:
-            check_loss(float(losses[-1]), first + len(losses), " (keras.callbacks.TerminateOnNaN)")
 
 
 def call_timer(bound: float = MAX_CALL_SECONDS) -> Any:
