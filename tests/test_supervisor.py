@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -211,28 +212,25 @@ def test_workers_die_with_a_sigkilled_run_supervisor(tmp_path):
     # No progress lines: a chief that prints would die of the broken pipe to its supervisor anyway, and its peer
     # of the lost collective; quiet workers train on unless the kernel kills them (PR_SET_PDEATHSIG).
     process = start(RECIPE, "--workers", "2", *LONG, "--set", "train.progress=none", "--output-dir", str(tmp_path))
-    pids: list[int] = []
-    try:
-        run_dir = wait_for(checkpoint_at(tmp_path, 8), process, timeout=240)  # training, past every start-up step
-        pids = worker_pids(run_dir)
-        assert all(alive(p) for p in pids)
-        process.send_signal(signal.SIGKILL)
-        process.communicate(timeout=30)
-        assert wait_until_gone(pids, 5) == [], "workers outlived their supervisor"
-    finally:
-        process.kill()
-        kill_all(pids)
+    # Training, past every start-up step.
+    sigkill_leaves_no_worker(process, lambda: worker_pids(wait_for(checkpoint_at(tmp_path, 8), process, timeout=240)))
 
 
 def test_launched_workers_die_with_a_sigkilled_launch(tmp_path):
     process = launch("--workers", "2", "--log-dir", str(tmp_path / "logs"), "--",
                      str(SCRIPTS / "launched_worker.py"), str(tmp_path / "pids"), "wait")
+    sigkill_leaves_no_worker(process, lambda: launched_pids(tmp_path / "pids", process))
+
+
+def sigkill_leaves_no_worker(process: subprocess.Popen, workers: Callable[[], list[int]]) -> None:
+    """SIGKILL ``process`` (a supervisor) once ``workers()`` gives its live workers' pids: none may outlive it."""
     pids: list[int] = []
     try:
-        pids = launched_pids(tmp_path / "pids", process)
+        pids = workers()
+        assert pids and all(alive(p) for p in pids)
         process.send_signal(signal.SIGKILL)
         process.communicate(timeout=30)
-        assert wait_until_gone(pids, 5) == [], "launched workers outlived tfgpu launch"
+        assert wait_until_gone(pids, 5) == [], "workers outlived their supervisor"
     finally:
         process.kill()
         kill_all(pids)
