@@ -194,6 +194,11 @@ def decoded_bytes(spec: DataSpec, samples: int) -> int:
     return samples * int(math.prod(spec.sample_shape)) * np.dtype(spec.x_dtype).itemsize
 
 
+def label_bytes(spec: DataSpec, samples: int) -> int:
+    """Bytes a split's labels take in memory (their stored dtype)."""
+    return samples * int(math.prod(spec.target_shape)) * np.dtype(spec.label_dtype).itemsize
+
+
 def held_bytes(spec: DataSpec, samples: int, train: bool = False, workers: int = 1) -> int:
     """Bytes a split held in memory takes (what the budget counts).
 
@@ -204,15 +209,13 @@ def held_bytes(spec: DataSpec, samples: int, train: bool = False, workers: int =
     ``workers``, twice the arrays: tf.distribute's auto-sharding rewrites each
     worker's dataset graph, and the rewrite copies the tensors it captures.
     """
-    labels = samples * int(math.prod(spec.target_shape)) * np.dtype(spec.label_dtype).itemsize
-    arrays = (decoded_bytes(spec, samples) + labels) * (2 if workers > 1 else 1)
+    arrays = (decoded_bytes(spec, samples) + label_bytes(spec, samples)) * (2 if workers > 1 else 1)
     return arrays + (samples * INDEX_BYTES if train else 0)
 
 
 def cached_bytes(spec: DataSpec, samples: int) -> int:
     """Bytes a ``tf.data`` cache of transformed batches takes: float32 inputs (4x uint8) and the labels."""
-    labels = samples * int(math.prod(spec.target_shape)) * np.dtype(spec.label_dtype).itemsize
-    return samples * int(math.prod(spec.input_shape)) * 4 + labels
+    return samples * int(math.prod(spec.input_shape)) * 4 + label_bytes(spec, samples)
 
 
 def aligned_empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
