@@ -101,6 +101,8 @@ def options(policy: str = "DATA", rewrite: bool = True) -> Any:
     rewrite copies the tensors its functions capture, here the whole split
     (docs/data.md#memory has the command). They have nothing to fuse in that
     pipeline (the ``map`` is parallel and followed by a ``prefetch`` already).
+    Without the rewrite, ``tf.distribute``'s iterators over them crash unless
+    :func:`keep_multi_device_inputs_alive` is installed (``_in_memory`` does).
 
     The autotuner runs a thread per iterator whose timed wait (doubling up to
     60 s) an iterator's destruction waits out (gdb: ~RootDataset::Iterator ->
@@ -447,6 +449,63 @@ def normalization_stats(data: Data) -> tuple[np.ndarray, np.ndarray]:
     return mean.astype(np.float32), variance.astype(np.float32)
 
 
+def keep_multi_device_inputs_alive() -> bool:
+    """Work around a use-after-free in TensorFlow's ``MultiDeviceIterator`` that in-memory splits expose.
+
+    ``tf.distribute`` (``MirroredStrategy``, Keras's ``fit``/``evaluate``, the
+    custom loop) reads a dataset through an ``OwnedMultiDeviceIterator``, which
+    wraps it in a new ``with_options`` dataset that only the iterator's C++
+    resource holds. When tf.data has no optimisation to apply (in-memory splits:
+    ``rewrite=False`` in :func:`options`), the iterator's ``RootDataset`` borrows
+    that dataset instead of owning a rewritten copy, and ``~MultiDeviceIterator``
+    (TF 2.21) releases it before it stops its background thread. An iterator
+    destroyed while that thread is inside ``GetNext`` (Keras does this in every
+    ``evaluate``: ``_maybe_symbolic_build`` reads one batch, then
+    ``EpochIterator.reset`` drops the iterator) lets the thread call into freed
+    memory: SIGSEGV (exit 139) in about 1 run in 20 of ``recipes/mnist.yaml``,
+    or a hang. Here each such iterator also holds the dataset it was
+    initialised with, as its last attribute, so it is released after the
+    iterator's resources, when the background thread has stopped.
+
+    Returns:
+        ``True`` once installed (idempotent); ``False`` where this TensorFlow lacks the code it wraps.
+    """
+    import threading  # noqa: PLC0415
+
+    from tensorflow.python.data.ops import multi_device_iterator_ops as mdi  # noqa: PLC0415
+
+    owned = getattr(mdi, "OwnedMultiDeviceIterator", None)
+    if owned is not None and getattr(owned, "_tfgpu_keeps_dataset", False):
+        return True
+    ops = getattr(mdi, "gen_dataset_ops", None)
+    if owned is None or not hasattr(ops, "multi_device_iterator_init"):
+        return False
+    passed = threading.local()
+
+    class _Ops:  # gen_dataset_ops as multi_device_iterator_ops sees it, noting the dataset an iterator starts on
+        def __getattr__(self, name: str) -> Any:
+            return getattr(ops, name)
+
+        def multi_device_iterator_init(self, dataset: Any, *args: Any, **kwargs: Any) -> Any:
+            passed.dataset = dataset
+            return ops.multi_device_iterator_init(dataset, *args, **kwargs)
+
+    init = owned.__init__
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        passed.dataset = None
+        try:
+            init(self, *args, **kwargs)
+            self._tfgpu_dataset = passed.dataset  # set last: attributes are released in the order they were set
+        finally:
+            passed.dataset = None
+
+    mdi.gen_dataset_ops = _Ops()
+    owned.__init__ = __init__
+    owned._tfgpu_keeps_dataset = True
+    return True
+
+
 def _held(a: np.ndarray) -> Any:
     """``a`` as a CPU tensor on the same buffer (DLPack, no copy) where it is :func:`shareable`, else a copy."""
     import tensorflow as tf  # noqa: PLC0415
@@ -472,6 +531,7 @@ def _in_memory(split: Split, spec: DataSpec, global_batch: int, opts: Any, train
 
     apply = transform(spec)
     n = len(split.x)
+    keep_multi_device_inputs_alive()  # these pipelines run without tf.data's rewrite (options)
     x, y = _held(split.x), _held(split.y)
 
     def gathered(indices: Any) -> Any:
