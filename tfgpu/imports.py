@@ -7,6 +7,7 @@ console script does not put it on ``sys.path`` itself.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 import os
 import sys
@@ -18,6 +19,52 @@ from .errors import TfgpuError
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return (text.splitlines()[0].rstrip(".") if text else "") or type(exc).__name__
+
+
+def _importable_cwd() -> None:
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+
+
+def _cannot_import(spec: str, key: str, error: type[TfgpuError], exc: BaseException) -> TfgpuError:
+    module_name = spec.partition(":")[0]
+    return error(
+        f"{key}: cannot import module '{module_name}' (received '{spec}'): {_first_line(exc)}.",
+        "check the module name and that it is importable (the current directory, PYTHONPATH or an "
+        "installed package).",
+    )
+
+
+def _import_failed(spec: str, key: str, error: type[TfgpuError], exc: BaseException) -> TfgpuError:
+    module_name = spec.partition(":")[0]
+    return error(
+        f"{key}: importing module '{module_name}' (received '{spec}') failed: "
+        f"{type(exc).__name__}: {_first_line(exc)}.",
+        f"fix the error in '{module_name}' (run with --debug for the traceback).",
+    )
+
+
+def find_module(spec: str, key: str, error: type[TfgpuError]) -> None:
+    """Check that the module of ``spec`` (``"package.module:function"``) can be found, without importing it.
+
+    :func:`importlib.util.find_spec` imports the parent packages of a dotted
+    name (as Python must, to search them), not the module itself, so a module
+    that imports TensorFlow is not run; whether it has the function is left to
+    :func:`import_function`. The messages are :func:`import_function`'s.
+
+    Raises:
+        ``error``: the module cannot be found (or a parent package fails while it is imported).
+    """
+    _importable_cwd()
+    module_name = spec.partition(":")[0]
+    try:
+        found = importlib.util.find_spec(module_name)
+    except ImportError as exc:
+        raise _cannot_import(spec, key, error, exc) from None
+    except Exception as exc:  # a parent package fails while it is imported
+        raise _import_failed(spec, key, error, exc) from exc
+    if found is None:
+        raise _cannot_import(spec, key, error, ModuleNotFoundError(f"No module named '{module_name}'"))
 
 
 def import_function(spec: str, key: str, error: type[TfgpuError], returns: str) -> Callable[..., Any]:
@@ -32,23 +79,14 @@ def import_function(spec: str, key: str, error: type[TfgpuError], returns: str) 
     Raises:
         ``error``: the module cannot be imported, fails while importing, or has no such function.
     """
-    if os.getcwd() not in sys.path and "" not in sys.path:
-        sys.path.insert(0, os.getcwd())
+    _importable_cwd()
     module_name, _, func_name = spec.partition(":")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise error(
-            f"{key}: cannot import module '{module_name}' (received '{spec}'): {_first_line(exc)}.",
-            "check the module name and that it is importable (the current directory, PYTHONPATH or an "
-            "installed package).",
-        ) from None
+        raise _cannot_import(spec, key, error, exc) from None
     except Exception as exc:  # the module itself fails while it is imported
-        raise error(
-            f"{key}: importing module '{module_name}' (received '{spec}') failed: "
-            f"{type(exc).__name__}: {_first_line(exc)}.",
-            f"fix the error in '{module_name}' (run with --debug for the traceback).",
-        ) from exc
+        raise _import_failed(spec, key, error, exc) from exc
     func = getattr(module, func_name, None)
     if not callable(func):
         raise error(

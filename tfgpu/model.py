@@ -14,7 +14,7 @@ import inspect
 import math
 import re
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Iterable, Optional
 
 from .config import ModelConfig
 from .errors import ConfigError
@@ -31,15 +31,38 @@ def _snake(name: str) -> str:
     return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", name).lower()
 
 
-def _catalogue(module: Any, base: type) -> dict[str, type]:
-    table: dict[str, type] = {}
-    for attr in dir(module):
-        obj = getattr(module, attr)
-        if inspect.isclass(obj) and issubclass(obj, base) and obj is not base:
-            table[attr] = obj
-            table.setdefault(attr.lower(), obj)
-            table.setdefault(_snake(attr), obj)
+def name_table(kind: str, classes: Iterable[str]) -> dict[str, str]:
+    """The spellings a recipe may use for the Keras classes of ``kind`` -> the class's exported name.
+
+    Layers: the class names only (``Conv2D``). Optimizers, losses, metrics: also
+    the lower-case and snake_case forms (``adam``, ``sparse_categorical_crossentropy``);
+    the first class (in sorted order) keeps a form two classes share. Both the
+    check before TensorFlow starts (:func:`check_names`, with the names read from
+    Keras's files: :mod:`tfgpu.keras_names`) and the build (:func:`imported_names`,
+    with the imported modules) use this table, so they accept and refuse the same names.
+    """
+    table: dict[str, str] = {}
+    for attr in sorted(classes):
+        table[attr] = attr
+        if kind != "layer":
+            table.setdefault(attr.lower(), attr)
+            table.setdefault(_snake(attr), attr)
     return table
+
+
+def imported_names(kind: str, module: Any, base: type) -> dict[str, str]:
+    """:func:`name_table` of the classes an imported Keras module exports that subclass ``base``."""
+    return name_table(kind, [attr for attr in dir(module) if inspect.isclass(obj := getattr(module, attr))
+                             and issubclass(obj, base) and obj is not base])
+
+
+def file_names(kind: str) -> Optional[dict[str, str]]:
+    """:func:`name_table` of the classes Keras's package files export (no import), or ``None`` where they
+    cannot be read (:func:`tfgpu.keras_names.class_names`)."""
+    from .keras_names import class_names  # noqa: PLC0415
+
+    classes = class_names(kind)
+    return None if classes is None else name_table(kind, classes)
 
 
 def _split_spec(spec: Any) -> tuple[str, dict[str, Any]]:
@@ -58,13 +81,15 @@ _COMMON = {
 }
 
 
-def _unknown(key: str, kind: str, name: str, table: dict[str, type]) -> ConfigError:
+def _unknown(key: str, kind: str, name: str, table: dict[str, Any]) -> ConfigError:
     close = difflib.get_close_matches(name, list(table), n=1, cutoff=0.6)
     guess = f" Did you mean '{close[0]}'?" if close else ""
     common = [n for n in _COMMON[kind] if n in table or n == "accuracy"]
     return ConfigError(
         f"{key}: '{name}' is not a Keras {kind}.{guess}",
-        f"use a class name from {_MODULES[kind]} (or its snake_case form), e.g. {', '.join(common)}.",
+        f"use a class name from {_MODULES[kind]} "
+        + ("as Keras spells it (Conv2D, not conv2d)" if kind == "layer" else "(or its snake_case form)")
+        + f", e.g. {', '.join(common)}.",
     )
 
 
@@ -74,15 +99,24 @@ ALIASES = {"mse": "mean_squared_error", "mae": "mean_absolute_error", "mape": "m
            "rmse": "root_mean_squared_error"}
 
 
+def lookup(key: str, kind: str, name: str, table: dict[str, str]) -> str:
+    """The exported class name ``name`` spells in ``table`` (:func:`name_table`); aliases (``mse``) spelled out.
+
+    Raises:
+        ConfigError: no such name, with the closest one (``Did you mean 'Dense'?``).
+    """
+    if kind in ("loss", "metric"):
+        name = ALIASES.get(name.lower(), name)
+    found = table.get(name) if kind == "layer" else table.get(name) or table.get(name.lower())
+    if found is None:
+        raise _unknown(key, kind, name, table)
+    return found
+
+
 def _resolve(key: str, kind: str, spec: Any, module: Any, base: type) -> tuple[type, dict[str, Any]]:
     """A spec (name or mapping) -> the Keras class it names, and its arguments."""
     name, args = _split_spec(spec)
-    table = _catalogue(module, base)
-    name = ALIASES.get(name.lower(), name) if kind in ("loss", "metric") else name
-    cls = table.get(name) or table.get(name.lower())
-    if cls is None:
-        raise _unknown(key, kind, name, table)
-    return cls, args
+    return getattr(module, lookup(key, kind, name, imported_names(kind, module, base))), args
 
 
 def _construct(key: str, cls: type, args: dict[str, Any]) -> Any:
@@ -211,18 +245,47 @@ def make_metrics(specs: list[Any], loss: Any, prefix: str = "") -> list[Any]:
     return out
 
 
+def _layer_spec(item: Any) -> tuple[str, dict[str, Any]]:
+    """A ``model.layers`` item (``Name`` or ``{Name: {args}}``) -> ``(name, args)``."""
+    if isinstance(item, str):
+        return item, {}
+    (name, args), = item.items()
+    return name, dict(args or {})
+
+
 def _layer(i: int, item: Any) -> Any:
     keras = _keras()
-    if isinstance(item, str):
-        name, args = item, {}
-    else:
-        (name, args), = item.items()
-        args = dict(args or {})
-    cls = getattr(keras.layers, name, None)
-    if not (inspect.isclass(cls) and issubclass(cls, keras.layers.Layer)):
-        table = _catalogue(keras.layers, keras.layers.Layer)
-        raise _unknown(f"model.layers[{i}]", "layer", name, {k: v for k, v in table.items() if k[0].isupper()})
+    name, args = _layer_spec(item)
+    cls = getattr(keras.layers, lookup(f"model.layers[{i}]", "layer", name,
+                                       imported_names("layer", keras.layers, keras.layers.Layer)))
     return _construct(f"model.layers[{i}] ({name})", cls, args)
+
+
+def check_names(cfg: ModelConfig) -> None:
+    """Check, without importing Keras, that the model's layer, optimizer, metric and loss names exist.
+
+    The same names and the same messages as building them (:func:`build_model`,
+    :func:`make_optimizer`, :func:`make_metrics`, :func:`make_loss`), in the
+    order the build meets them; names are read from Keras's package files
+    (:func:`file_names`). Where those cannot be read, nothing is checked (the build still is).
+
+    Raises:
+        ConfigError: an unknown name, with the closest Keras name.
+    """
+    def check(key: str, kind: str, name: str) -> None:
+        table = file_names(kind)
+        if table is not None:
+            lookup(key, kind, name, table)
+
+    if not cfg.builder:
+        for i, item in enumerate(cfg.layers or []):
+            check(f"model.layers[{i}]", "layer", _layer_spec(item)[0])
+    check("model.optimizer", "optimizer", _split_spec(cfg.optimizer)[0])
+    for i, spec in enumerate(cfg.metrics):
+        name = _split_spec(spec)[0]
+        if name not in ("accuracy", "acc"):
+            check(f"model.metrics[{i}]", "metric", name)
+    check("model.loss", "loss", _split_spec(cfg.loss)[0])
 
 
 def _from_builder(cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int) -> Any:

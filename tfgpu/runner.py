@@ -3,7 +3,9 @@
 Every error a user can cause comes before anything is written: the config (3),
 the output folder (8), local data files (5, before TensorFlow starts), the
 devices (4, 6), the data itself (5), then the model against the data (3).
-:func:`run_workers` starts and supervises ``tfgpu run --workers N``'s local workers.
+:func:`run_workers` starts and supervises ``tfgpu run --workers N``'s local workers;
+:func:`dry_run` (``tfgpu run --dry-run``) goes as far as :func:`run` does before it writes anything.
+The checks before TensorFlow starts are :func:`tfgpu.preflight.check`'s, which ``tfgpu plan`` runs too.
 """
 
 from __future__ import annotations
@@ -16,13 +18,12 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 # None of these imports TensorFlow; each module imports it inside the function that needs it.
-from . import checkpoint as ckpt
+from . import checkpoint as ckpt, preflight
 from .config import Config
 from .console import say, warn
-from .data import load, source_for
+from .data import load
 from .errors import Interrupted, Preempted
-from .model import require_model
-from .results import CONFIG_FILE, check_parent, check_tensorboard, replace_atomic, write_json
+from .results import CONFIG_FILE, replace_atomic, write_json
 from .resume import RESUME_ENV, check_same_shape, is_run_dir, load_resumed, request
 from .rundir import RunDir
 from .trainer import Trainer
@@ -134,6 +135,66 @@ def _run(cfg: Config, recipe: Optional[str], resumed: Any, target: Optional[Path
         return train(run_dir, trainer, resumed)
 
 
+def dry_run(recipe: Optional[str], overrides: Sequence[str] = (), output_dir: Optional[str] = None,
+            resume: Optional[str] = None) -> list[str]:
+    """``tfgpu run --dry-run``: :func:`run`'s steps 1-5, then stop; nothing is written.
+
+    The config (with ``resume``: the run's own, checked against the settings
+    its checkpoint was trained with, as :func:`run` does), :func:`check`,
+    :func:`tfgpu.setup` (TensorFlow starts with the plan's devices and
+    strategy), :func:`tfgpu.data.load` (the data and its pipelines), and
+    :class:`~tfgpu.trainer.Trainer` (the model, optimizer, loss and metrics
+    built in the strategy's scope and run on the first two training samples:
+    :func:`tfgpu.model.check_fits`). No run directory, ``output.dir``, start-up
+    log or cache file is created (a Keras dataset that is not local is still
+    downloaded, as :func:`tfgpu.data.load` does).
+
+    Args:
+        recipe, overrides, output_dir, resume: as for :func:`run`.
+
+    Returns:
+        The lines to print: the run's banner (devices, strategy, data, batches)
+        and what was checked.
+
+    Raises:
+        ConfigError, OutputError, DataError, DeviceError, AlreadyInitializedError:
+            what :func:`run` would raise before writing anything; ConfigError
+            also for a cluster of several workers (``multi_worker_mirrored``),
+            which one dry-run process cannot join.
+    """
+    from . import _setup  # noqa: PLC0415
+    from .cluster import resolve_cluster  # noqa: PLC0415
+    from .errors import ConfigError  # noqa: PLC0415
+
+    extra = [f"output.dir={output_dir}"] if output_dir else []
+    cfg, resumed, target = request(recipe, [*overrides, *extra], resume)
+    source, _ = check(cfg, target)
+    if cfg.distribute.strategy == "multi_worker_mirrored":
+        workers = resolve_cluster(cfg.distribute, os.environ).num_workers
+        if workers > 1:
+            raise ConfigError(
+                f"tfgpu run --dry-run: the config trains on a cluster of {workers} workers "
+                "(distribute.strategy: multi_worker_mirrored), which one dry-run process cannot join.",
+                "check the recipe with 'tfgpu plan RECIPE' (each worker's plan), or dry-run it on one process "
+                "with --set distribute.strategy=auto.",
+            )
+    info = _setup(cfg, keep_log=False)
+    for warning in info.plan.warnings:
+        warn(warning)
+    data, pipes = load(cfg, info, source, seed=run_seed(cfg, info, resumed))
+    if resumed is not None:
+        check_same_shape(resumed.summary, info, pipes.steps_per_epoch)
+    trainer = Trainer(cfg, info, data, pipes)
+    model = trainer.model
+    where = (f"would continue {target} from its checkpoint" if resumed is not None else
+             f"would write a new run directory in {target}" if target is not None else
+             f"would write a new run directory under {cfg.output.dir}")
+    return [*trainer.banner(), f"model: {model.name}, {model.count_params():,} parameters",
+            "dry run passed: the config, the output folder and the data files; TensorFlow started with the plan; "
+            "the data loaded; the model, optimizer, loss and metrics built in the strategy's scope and run on two "
+            f"training samples. Nothing was written; 'tfgpu run' without --dry-run {where}."]
+
+
 def run_seed(cfg: Config, info: Any, resumed: Any) -> Optional[int]:
     """The seed of the run's data shuffles, the same for its whole life.
 
@@ -188,19 +249,14 @@ def _resume_hint(run_dir: Path) -> str:
 
 
 def check(cfg: Config, target: Optional[Path]) -> tuple[Any, float]:
-    """What can be checked before TensorFlow starts: a model, the output folder (``target``'s parent when
-    resuming), TensorBoard, and the local data files; returns the data source and the seconds its check took.
+    """What can be checked before TensorFlow starts (:func:`tfgpu.preflight.check`, which ``tfgpu plan`` runs
+    too): a model and its Keras names, the output folder (``target``'s parent when resuming), TensorBoard, and
+    the local data files; returns the data source and the seconds its check took.
 
     Raises:
         ConfigError, OutputError, DataError: before anything is written.
     """
-    require_model(cfg.model)
-    check_parent(cfg.output.dir if target is None else str(target.parent))
-    check_tensorboard(cfg.output.tensorboard)
-    source = source_for(cfg.data, cfg.model.loss, cfg.tensorflow.seed)
-    checked = time.perf_counter()
-    source.check()  # local files, NumPy only: a data error comes before TensorFlow starts
-    return source, time.perf_counter() - checked
+    return preflight.check(cfg, target)
 
 
 def train(run_dir: RunDir, trainer: Trainer, resumed: Any) -> RunResult:

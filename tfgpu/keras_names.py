@@ -1,0 +1,88 @@
+"""The names Keras exports, read from its package files without importing Keras (or TensorFlow).
+
+``import keras`` imports its backend (TensorFlow: seconds), so ``tfgpu plan``
+cannot ask the modules which layers, optimizers, losses and metrics exist. Keras 3
+generates one ``__init__.py`` per public package (``keras/layers/__init__.py``,
+...) made of ``from keras.src.<module> import Name as Name`` lines; this module
+finds the installed package with :func:`importlib.util.find_spec` (which does not
+import it) and reads those lines with :mod:`ast`. :func:`tfgpu.model.name_table`
+turns the class names into the spellings a recipe may use; ``tests/test_preflight.py``
+checks in a process that imports Keras that they equal the imported modules' classes.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import importlib.util
+from pathlib import Path
+from typing import Optional
+
+#: kind -> (Keras package, its base class): the classes of a kind are the package's exported subclasses of the base.
+KINDS = {
+    "layer": ("keras.layers", "Layer"),
+    "optimizer": ("keras.optimizers", "Optimizer"),
+    "loss": ("keras.losses", "Loss"),
+    "metric": ("keras.metrics", "Metric"),
+    "schedule": ("keras.optimizers.schedules", "LearningRateSchedule"),
+    "callback": ("keras.callbacks", "Callback"),
+}
+
+#: Capitalised names the packages export that are not subclasses of the kind's base (Keras 3.15): a function
+#: (``keras.layers.Input``) and helper classes. ``tests/test_preflight.py`` keeps this list true.
+NOT_SUBCLASSES = frozenset({"Input", "InputSpec", "OptimizerMap"})
+
+
+@functools.lru_cache(maxsize=None)
+def keras_root() -> Optional[Path]:
+    """The installed ``keras`` package's folder (found, not imported), or ``None`` where there is none."""
+    try:
+        spec = importlib.util.find_spec("keras")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+@functools.lru_cache(maxsize=None)
+def exported(package: str) -> Optional[dict[str, str]]:
+    """The names a Keras package's generated ``__init__.py`` exports: ``{name: "keras.src.module"}``.
+
+    Args:
+        package: ``"keras.layers"``, ``"keras.optimizers.schedules"``, ...
+
+    Returns:
+        Each exported name (``as`` name) with the module it comes from, or
+        ``None`` where Keras or the file is missing or cannot be parsed (then
+        the names are not checked before TensorFlow starts).
+    """
+    root = keras_root()
+    if root is None:
+        return None
+    init = root.joinpath(*package.split(".")[1:], "__init__.py")
+    try:
+        tree = ast.parse(init.read_text(encoding="utf-8"), str(init))
+    except (OSError, SyntaxError, ValueError):
+        return None
+    names: dict[str, str] = {}
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.module:
+            for alias in node.names:
+                names[alias.asname or alias.name] = node.module
+    return names or None
+
+
+def class_names(kind: str) -> Optional[list[str]]:
+    """The class names of ``kind`` (``"layer"``, ``"optimizer"``, ``"loss"``, ``"metric"``, ``"schedule"``,
+    ``"callback"``) that Keras exports, sorted; ``None`` where they cannot be read (:func:`exported`).
+
+    A class is an exported capitalised name other than the base class itself and
+    :data:`NOT_SUBCLASSES`; lower-case names are Keras's functions (``keras.losses.mse``).
+    """
+    package, base = KINDS[kind]
+    names = exported(package)
+    if names is None:
+        return None
+    return sorted(n for n, module in names.items()
+                  if n[:1].isupper() and n != base and n not in NOT_SUBCLASSES and module.startswith("keras.src"))

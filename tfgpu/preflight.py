@@ -1,0 +1,133 @@
+"""What ``tfgpu plan`` and ``tfgpu run`` check before TensorFlow starts, and the plan's summary of the run.
+
+:func:`check` is the one pre-flight check both commands call, so ``tfgpu plan
+RECIPE`` fails with the same message and exit code as ``tfgpu run RECIPE``
+would: a model is defined and its layer, optimizer, metric and loss names exist
+(read from Keras's package files, :mod:`tfgpu.keras_names`), a
+``model.builder``'s module can be found, a run directory can be created under
+``output.dir``, TensorBoard is installed where asked for, and the data source's
+local files are there and readable (NumPy and Pillow only). Nothing is written
+and neither TensorFlow nor Keras is imported. :func:`describe_run` says what the
+run will do (data, model, loss, optimizer, epochs, loop, batch).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+from .config import Config
+from .data import Source, source_for
+from .errors import ConfigError
+from .imports import find_module
+from .model import check_names, require_model
+from .results import check_parent, check_tensorboard
+
+
+def check(cfg: Config, target: Optional[Path] = None, files: bool = True) -> tuple[Optional[Source], float]:
+    """Every check of the recipe that needs no TensorFlow, in the order ``tfgpu run`` meets them.
+
+    Args:
+        cfg: the resolved config.
+        target: the ``--resume`` directory (its parent is checked instead of ``output.dir``), or ``None``.
+        files: check the output folder and the local data files (``False``: ``tfgpu plan --machine``,
+            planning for another machine's files).
+
+    Returns:
+        ``(source, seconds)``: the data source, checked and ready to load
+        (:func:`tfgpu.data.load`), and the seconds its file check took;
+        ``(None, 0.0)`` with ``files=False``.
+
+    Raises:
+        ConfigError: no model, an unknown Keras name (with the closest one), a
+            ``model.builder`` module that cannot be found, or TensorBoard
+            wanted but not installed (exit 3).
+        OutputError: no run directory can be created under ``output.dir`` (8).
+        DataError: a local data file or folder is missing, unreadable or malformed (5).
+    """
+    require_model(cfg.model)
+    check_names(cfg.model)
+    if cfg.model.builder:
+        find_module(cfg.model.builder, "model.builder", ConfigError)
+    if files:
+        check_parent(cfg.output.dir if target is None else str(target.parent))
+    check_tensorboard(cfg.output.tensorboard)
+    if not files:
+        return None, 0.0
+    source = source_for(cfg.data, cfg.model.loss, cfg.tensorflow.seed)
+    checked = time.perf_counter()
+    source.check()  # local files, NumPy only: a data error comes before TensorFlow starts
+    return source, time.perf_counter() - checked
+
+
+def _spec(spec: Any) -> str:
+    """``adam`` or ``{name: adam, learning_rate: 0.01}`` -> ``adam`` / ``adam (learning_rate=0.01)``."""
+    if not isinstance(spec, dict):
+        return str(spec)
+    args = ", ".join(f"{k}={v!r}" for k, v in spec.items() if k != "name")
+    return f"{spec['name']} ({args})" if args else str(spec["name"])
+
+
+def _layer_name(item: Any) -> str:
+    return item if isinstance(item, str) else next(iter(item))
+
+
+def describe_run(cfg: Config, plan: Any) -> dict[str, Any]:
+    """What ``tfgpu run`` would train, as JSON-ready data (``tfgpu plan --json``'s ``"run"``).
+
+    Args:
+        cfg: the resolved config.
+        plan: its :class:`~tfgpu.planning.Plan` (replicas and batch sizes).
+
+    Returns:
+        ``{"data": {...}, "model": {...}, "train": {...}}``: the data kind, its
+        path (or dataset name), validation and test splits; the layer class
+        names or the builder, loss, optimizer and metrics; epochs, loop, and
+        the batch per replica and global (samples per step).
+    """
+    d, m, t = cfg.data, cfg.model, cfg.train
+    data: dict[str, Any] = {"kind": d.kind}
+    if d.kind in ("mnist", "keras"):
+        data["dataset"] = d.dataset_name
+    elif d.name:
+        data["name"] = d.name
+    if d.builder:
+        data["builder"] = d.builder
+    data.update({k: v for k, v in (("path", d.path), ("label", d.label), ("validation_path", d.validation_path),
+                                   ("validation_split", d.validation_split), ("test_path", d.test_path))
+                 if v is not None})
+    model: dict[str, Any] = ({"builder": m.builder, "builder_args": m.builder_args} if m.builder
+                             else {"layers": [_layer_name(x) for x in m.layers or []]})
+    model.update(loss=m.loss, optimizer=m.optimizer, metrics=list(m.metrics))
+    train = {"epochs": t.epochs, "loop": t.loop, "batch_size_per_replica": plan.batch_size_per_replica,
+             "num_replicas": plan.num_replicas, "global_batch_size": plan.global_batch_size}
+    return {"data": data, "model": model, "train": train}
+
+
+def describe_lines(run: dict[str, Any]) -> list[str]:
+    """:func:`describe_run`'s data as the lines ``tfgpu plan`` prints first."""
+    data, model, train = run["data"], run["model"], run["train"]
+    where = " ".join(str(data[k]) for k in ("name", "builder", "path") if data.get(k))
+    if data.get("dataset"):  # (a Keras built-in: tfgpu.data.keras_datasets)
+        where = f"keras.datasets.{data['dataset']} ($TFGPU_DATA_DIR/{data['dataset']} if it is there, else Keras's download)"
+    label = f" (label: {data['label']})" if data.get("label") else ""
+    if data.get("validation_path"):
+        validation = data["validation_path"]
+    elif data.get("validation_split"):
+        validation = f"{data['validation_split']:.0%} of the training samples (data.validation_split)"
+    else:
+        validation = "the source's own validation split, if any"
+    layers = (f"builder {model['builder']}" if model.get("builder")
+              else f"{len(model['layers'])} layers: {', '.join(model['layers'])}")
+    metrics = ", ".join(_spec(x) for x in model["metrics"]) or "none"
+    replicas = train["num_replicas"]
+    return [
+        "Run (what 'tfgpu run' would train; the checks before TensorFlow starts passed):",
+        f"  data: {data['kind']} {where}{label}".rstrip(),
+        f"  validation: {validation}; test: {data.get('test_path') or 'none'}",
+        f"  model: {layers}",
+        f"  loss: {_spec(model['loss'])}; optimizer: {_spec(model['optimizer'])}; metrics: {metrics}",
+        f"  epochs: {train['epochs']}; loop: {train['loop']}; batch: {train['batch_size_per_replica']} per "
+        f"replica x {replicas} replica{'s' if replicas != 1 else ''} = {train['global_batch_size']} global",
+    ]
