@@ -31,7 +31,7 @@ import yaml
 from tfgpu.config import load_config
 from tfgpu.data import LoadContext, source_for
 from tfgpu.data.keras_datasets import IDX_FILES
-from tfgpu.errors import ConfigError, DataError, DeviceError, TfgpuError
+from tfgpu.errors import ConfigError, DataError, DeviceError, TfgpuError, UsageError
 from tfgpu.model import require_model
 from tfgpu.plan import make_plan
 from tfgpu.probe import GpuInfo, Probe
@@ -344,16 +344,30 @@ def test_bad_config_sources(tmp_path, make, fragments):
 
 # --------------------------------------------------------------------------- dicts and --set
 
-OVERRIDE_CASES = [
-    pytest.param(["train.epochs"], ["--set 'train.epochs'", "expected 'section.key=value'", "e.g. --set train.epochs=3"],
+#: --set items written wrongly (no '=', a bad key path, a value that is not YAML): usage errors, exit code 2.
+USAGE_CASES = [
+    pytest.param(["train.epochs"], ["--set 'train.epochs'", "expected 'section.key=value'", "e.g. --set train.epochs="],
                  id="set-without-equals"),
     pytest.param(["=3"], ["--set '=3'", "expected 'section.key=value'"], id="set-empty-key"),
     pytest.param(["train..epochs=3"], ["--set 'train..epochs=3'", "expected 'section.key=value'"],
                  id="set-empty-path-part"),
-    pytest.param(["trainer.epochs=3"], ["--set trainer.epochs=3: unknown key 'trainer'", "Did you mean 'train'?"],
-                 id="set-unknown-section"),
     pytest.param(["train.epochs=[1"], ["--set 'train.epochs=[1'", "is not valid YAML", "quote text values"],
                  id="set-value-not-yaml"),
+    pytest.param(["train.epochs=!!python/object/apply:os.system ['echo hi']"],
+                 ["--set", "python/object/apply:os.system", "not valid YAML"], id="set-python-tag"),
+]
+
+
+@pytest.mark.parametrize("overrides, fragments", USAGE_CASES)
+def test_malformed_overrides_are_usage_errors(overrides, fragments):
+    with pytest.raises(UsageError) as info:
+        load_config({"train": {"epochs": 2}}, overrides=overrides)
+    check(info.value, UsageError, 2, fragments)
+
+
+OVERRIDE_CASES = [
+    pytest.param(["trainer.epochs=3"], ["--set trainer.epochs=3: unknown key 'trainer'", "Did you mean 'train'?"],
+                 id="set-unknown-section"),
     pytest.param(["devices=3"], ["--set devices=3: 'devices' must be a mapping of its keys", "memory_growth"],
                  id="set-section-to-a-value"),
     pytest.param(["devices.memory_fraction=1.5"],
@@ -366,8 +380,6 @@ OVERRIDE_CASES = [
                  id="set-output-name-with-slash"),
     pytest.param(["train.epochs=1\n\n2"], ["--set 'train.epochs=1\\n\\n2'", "'train.epochs'"],
                  id="set-value-with-newlines-stays-one-paragraph"),
-    pytest.param(["train.epochs=!!python/object/apply:os.system ['echo hi']"],
-                 ["--set", "python/object/apply:os.system", "not valid YAML"], id="set-python-tag"),
 ]
 
 
@@ -954,13 +966,15 @@ def test_cli_missing_recipe(tmp_path):
               ["the config file", "mnsit.yaml' does not exist", "Fix: check the path"])
 
 
-@pytest.mark.parametrize("args, fragments", [
-    pytest.param(["--set", "train.epochs"], ["--set 'train.epochs': expected 'section.key=value'"], id="no-equals"),
-    pytest.param(["--set", "=4"], ["--set '=4'"], id="empty-key"),
-    pytest.param(["--set", "trainer.epochs=3"], ["unknown key 'trainer'", "Did you mean 'train'?"], id="unknown-section"),
+@pytest.mark.parametrize("args, code, fragments", [
+    pytest.param(["--set", "train.epochs"], 2, ["tfgpu: usage error: --set 'train.epochs': expected 'section.key=value'"],
+                 id="no-equals"),
+    pytest.param(["--set", "=4"], 2, ["--set '=4'"], id="empty-key"),
+    pytest.param(["--set", "trainer.epochs=3"], 3, ["unknown key 'trainer'", "Did you mean 'train'?"],
+                 id="unknown-section"),
 ])
-def test_cli_bad_set(args, fragments):
-    cli_error(run_cli("plan", RECIPE, *args), 3, fragments)
+def test_cli_bad_set(args, code, fragments):
+    cli_error(run_cli("plan", RECIPE, *args), code, fragments)
 
 
 def test_cli_bad_data_exits_5_before_tensorflow_and_writes_nothing(tmp_path):

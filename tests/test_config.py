@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tfgpu.config import Config, load_config, parse_override
-from tfgpu.errors import ConfigError
+from tfgpu.errors import ConfigError, UsageError
 
 from .conftest import RECIPES
 
@@ -120,8 +120,9 @@ def test_several_problems_are_reported_together(tmp_path):
 def test_bad_override_names_the_set_option(tmp_path):
     message = error_of(tmp_path, "train: {epochs: 2}\n", "train.epochs=0")
     assert "--set train.epochs=0" in message and "greater than or equal to 1" in message
-    with pytest.raises(ConfigError, match="expected 'section.key=value'"):
+    with pytest.raises(UsageError, match="expected 'section.key=value'") as info:  # how --set was written: exit 2
         parse_override("epochs")
+    assert info.value.exit_code == 2 and not isinstance(info.value, ConfigError)
     with pytest.raises(ConfigError, match="is a value, not a section"):
         load_config({"train": {"epochs": 2}}, overrides=["train.epochs.x=1"])
 

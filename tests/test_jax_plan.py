@@ -241,10 +241,11 @@ def test_memory_growth_and_a_cap_together_apply_the_cap_with_a_warning():
     assert [w for w in p.warnings if w.startswith("devices.memory_growth: true and devices.memory_fraction")]
 
 
-def test_memory_keys_on_a_cpu_only_machine_warn_that_they_do_nothing():
+def test_memory_keys_on_a_cpu_only_machine_note_that_they_do_nothing():
     p = jax_plan(0, devices={"memory_fraction": 0.5})
     assert not {NEW, OLD, "XLA_PYTHON_CLIENT_PREALLOCATE"} & set(p.env)
-    assert [w for w in p.warnings if "no GPU is visible" in w and "devices.memory_fraction" in w]
+    assert [n for n in p.notes if "no GPU is visible" in n and "devices.memory_fraction" in n]
+    assert not [w for w in p.warnings if "no GPU is visible" in w]  # as meant on a CPU: a note, not a warning
 
 
 def test_an_existing_deprecated_fraction_is_emptied_with_a_warning_when_jaxlib_reads_the_new_name():

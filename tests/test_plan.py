@@ -170,9 +170,11 @@ def test_calls_are_in_application_order():
         "tf.config.set_logical_device_configuration(<GPU:0>, [LogicalDeviceConfiguration(memory_limit=4096)])")
 
 
-def test_warning_when_memory_settings_meet_no_gpu():
+def test_note_when_memory_settings_meet_no_gpu():
     p = plan(0, devices={"memory_growth": True})
-    assert any("no GPU is visible" in w for w in p.warnings)
+    assert any("no GPU is visible" in n and "devices.memory_growth" in n for n in p.notes)
+    assert not any("no GPU is visible" in w for w in p.warnings)  # a recipe for GPUs on a CPU: as meant
+    assert "Note: no GPU is visible" in p.describe() and "Warning: no GPU" not in p.describe()
 
 
 def test_cuda_visible_rules():

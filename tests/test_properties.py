@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 from tfgpu.config import Config, DataConfig, load_config
 from tfgpu.config.schema import DATA_KIND_KEYS
 from tfgpu.data import LoadContext, source_for
-from tfgpu.errors import ConfigError, DataError, TfgpuError
+from tfgpu.errors import ConfigError, DataError, TfgpuError, UsageError
 
 from .conftest import one_paragraph
 
@@ -65,9 +65,15 @@ def workdir(tmp_path_factory) -> Path:
 
 
 def outcome(source, *, overrides=(), **sections):
-    """Load; return the Config, or the ConfigError after checking its message. Anything else fails."""
+    """Load; return the Config, or the ConfigError (a malformed --set item: the UsageError) after checking its
+    message. Anything else fails."""
     try:
         cfg = load_config(source, overrides=overrides, **sections)
+    except UsageError as exc:  # a --set item that is not KEY=VALUE, or whose value is not YAML: exit 2
+        assert overrides and exc.exit_code == 2 and exc.message.startswith("--set "), exc.message
+        one_paragraph(exc.message)
+        assert exc.hint.strip(), f"no fix given for:\n{exc.message}"
+        return exc
     except ConfigError as exc:
         assert isinstance(exc, TfgpuError) and exc.exit_code == 3
         message = exc.message
@@ -253,7 +259,7 @@ def test_python_tags_are_refused_and_run_nothing(workdir, tag, path, nested):
     result = from_file(workdir, text)
     assert isinstance(result, ConfigError), f"accepted: {text}"
     assert "tag is not allowed" in result.message
-    with pytest.raises(ConfigError, match="tag|not valid YAML"):
+    with pytest.raises(UsageError, match="tag|not valid YAML"):  # (a --set value that is not YAML: exit 2)
         load_config({}, overrides=[f"{path[0]}.{path[1]}={value}"])
     assert not marker.exists()
 

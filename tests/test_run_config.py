@@ -43,7 +43,7 @@ def _saved(tmp_path, recipe, overrides):
 
 def _plan(cfg, machine):
     p = make_plan(cfg, machine)
-    return p.env, p.warnings, [str(c) for c in p.tf_calls]
+    return p.env, (*p.warnings, *p.notes), [str(c) for c in p.tf_calls]  # (notes: settings with nothing to apply to)
 
 
 @pytest.mark.parametrize("machine", [CPU_WITH_LOG_LEVEL, TWO_GPUS], ids=["cpu", "two-gpus"])
@@ -59,7 +59,7 @@ def test_replaying_the_saved_config_plans_as_the_recipe_did(tmp_path, recipe, ov
 
 def test_what_a_replay_of_every_value_would_have_changed(tmp_path):
     """Why config.yaml holds only the given keys: replaying every value (config.resolved.yaml, or config.yaml as
-    it was) sets TF_CPP_MIN_LOG_LEVEL over the user's own and warns about memory keys the recipe never set."""
+    it was) sets TF_CPP_MIN_LOG_LEVEL over the user's own and notes memory keys the recipe never set."""
     cfg = _saved(tmp_path, SEED, [])
     env, warnings, _ = _plan(load_config(tmp_path / CONFIG_FILE), CPU_WITH_LOG_LEVEL)
     assert "TF_CPP_MIN_LOG_LEVEL" not in env

@@ -719,8 +719,9 @@ def check_startup_log(facts: Facts, config: Optional[Config]) -> list[Finding]:
                 texts.append(text)
         return [Finding("startup-log", "warning", "TensorFlow's start-up log",
                         f"{seen}; error(s) tfgpu does not know to be harmless: " + " | ".join(texts[:4]),
-                        "read them with 'tfgpu doctor --log' (each start-up line, explained where known); "
-                        "an error here is often why TensorFlow does not use the GPU.")]
+                        "run 'tfgpu doctor --log' to read each start-up line (explained where known), then fix "
+                        "what the error names (most often a CUDA library that does not load or a driver too old: "
+                        "the checks above say how); an error here is often why TensorFlow does not use the GPU.")]
     return [Finding("startup-log", "ok", "TensorFlow's start-up log", seen + " ('tfgpu doctor --log' shows them)")]
 
 
@@ -809,6 +810,32 @@ def check_shm(facts: Facts, config: Optional[Config]) -> list[Finding]:
                                         f"guide asks for ({why})")]
 
 
+_CONFIG_KEY = re.compile(r"\b(?:backend|devices|tensorflow|distribute|data|model|train|output)\.[a-z_]+(?:\.[a-z_]+)?")
+_ENV_NAME = re.compile(r"\b([A-Z][A-Z0-9]*_[A-Z0-9_]+)(?:=| was\b)")
+
+
+def plan_warning_fix(warning: str) -> str:
+    """The ``fix:`` of a plan warning in ``tfgpu doctor``: what to change (the config key or environment variable
+    the warning names), how (in the recipe or with ``--set``), how to check, and where the key is described."""
+    keys = list(dict.fromkeys(_CONFIG_KEY.findall(warning)))
+    if not keys and "mixed_float16" in warning:
+        keys = ["tensorflow.mixed_precision"]
+    if "unequal" in warning:
+        return ("choose GPUs of one model with devices.visible_gpus (e.g. --set devices.visible_gpus=[0,1], indices "
+                "as nvidia-smi lists them), or cap each GPU with devices.memory_limit_mib; docs/config.md, 'GPUs of "
+                "different models or sizes', explains.")
+    if keys:
+        key = keys[0]
+        return (f"change {' or '.join(keys)} as said above, in the recipe or with --set {key}=VALUE (or remove the "
+                f"key to take its default), then check with 'tfgpu plan RECIPE'; docs/config.md describes {key}.")
+    env = _ENV_NAME.findall(warning)
+    if env:
+        return (f"unset {env[0]} before starting tfgpu (tfgpu sets what it needs itself), then check with 'tfgpu "
+                "plan RECIPE', which lists every variable it sets.")
+    return ("do what the line above says, in the recipe or with --set KEY=VALUE, then check with 'tfgpu plan "
+            "RECIPE'; docs/config.md describes every key.")
+
+
 def check_config(facts: Facts, config: Optional[Config]) -> list[Finding]:
     """The active tfgpu config against this machine's GPUs (the same plan ``run`` applies)."""
     if config is None:
@@ -821,8 +848,7 @@ def check_config(facts: Facts, config: Optional[Config]) -> list[Finding]:
     except TfgpuError as exc:
         return [Finding("config", "error", title, exc.message, exc.hint)]
     reported = mig_warning(facts.machine, list(plan.gpus))  # check_mig's finding says it already
-    out = [Finding("config", "warning", title, w, "see 'tfgpu plan' and docs/config.md.")
-           for w in plan.warnings if w != reported]
+    out = [Finding("config", "warning", title, w, plan_warning_fix(w)) for w in plan.warnings if w != reported]
     out.append(Finding("config", "ok", title,
                        f"{plan.strategy.kind} strategy on {', '.join(plan.strategy.devices) or 'the default device'}, "
                        f"{plan.num_replicas} replica(s), global batch {plan.global_batch_size}"))

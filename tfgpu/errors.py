@@ -12,7 +12,10 @@ Exit codes (also in the README):
 ====  =====================================================================
 0     success
 1     an unexpected internal error (a bug: the traceback is printed)
-2     the command line itself was misused (click's usage errors)
+2     the command line itself was misused: click's usage errors and
+      :class:`UsageError` (a ``--set`` item that is not ``key.path=value``
+      or whose value is not YAML); a well-formed ``--set`` whose key or value
+      the schema refuses is a :class:`ConfigError` (3)
 3     :class:`ConfigError`: bad YAML, unknown key, wrong type or range
 4     :class:`DeviceError`: a device request this machine cannot satisfy
 5     :class:`DataError`: data missing, unreadable or malformed
@@ -90,6 +93,15 @@ class TfgpuError(Exception):
         if self.hint:
             return f"{self.message}\nFix: {self.hint}"
         return self.message
+
+
+class UsageError(TfgpuError):
+    """The command line was written wrongly: a ``--set`` item that is not ``key.path=value``, or whose value
+    cannot be read as YAML. Exit code 2, as click's own usage errors; not a :class:`ConfigError`, so
+    ``tfgpu doctor`` (which reports a bad config as a finding) exits 2 on it too."""
+
+    exit_code = 2
+    kind = "usage error"
 
 
 class ConfigError(TfgpuError):

@@ -41,7 +41,7 @@ __all__ = ["ENV_ORDER", "Plan", "StrategyPlan", "TfCall", "assemble", "keras_cal
 
 
 
-def _memory_calls(config: Config, gpus: list[GpuInfo], warnings: list[str]) -> list[TfCall]:
+def _memory_calls(config: Config, gpus: list[GpuInfo], warnings: list[str], notes: list[str]) -> list[TfCall]:
     dev = config.devices
     split = dev.gpu_logical_devices
     limited = dev.memory_limit_mib is not None or dev.memory_fraction is not None
@@ -57,8 +57,8 @@ def _memory_calls(config: Config, gpus: list[GpuInfo], warnings: list[str]) -> l
         )
     if not gpus:
         asked = [k for k in ("memory_growth", "memory_limit_mib", "memory_fraction") if k in dev.model_fields_set]
-        if asked or split > 1:
-            warnings.append(
+        if asked or split > 1:  # a recipe written for GPUs, run on a CPU: as meant, so a note, not a warning
+            notes.append(
                 "no GPU is visible, so devices."
                 + ", devices.".join(asked + (["gpu_logical_devices"] if split > 1 else []))
                 + " has nothing to apply to"
@@ -362,7 +362,8 @@ def make_plan(config: Config, probe: Probe) -> Plan:
     if tfc.inter_op_threads:
         calls.append(TfCall("tf.config.threading.set_inter_op_parallelism_threads", None,
                             tfc.inter_op_threads, "tensorflow.inter_op_threads"))
-    calls += _memory_calls(config, gpus, warnings)
+    notes: list[str] = []
+    calls += _memory_calls(config, gpus, warnings, notes)
     if dev.cpu_logical_devices > 1:
         calls.append(TfCall("tf.config.set_logical_device_configuration", "CPU:0",
                             [None] * dev.cpu_logical_devices, "devices.cpu_logical_devices"))
@@ -395,7 +396,7 @@ def make_plan(config: Config, probe: Probe) -> Plan:
     jit = resolve_jit(tfc.jit_compile, any(d.startswith("/gpu") for d in strategy.devices) or (
         not strategy.devices and bool(gpu_count)), strategy.kind, tfc.deterministic_ops)
     return assemble(config, {k: env[k] for k in ENV_ORDER if k in env}, calls, gpus, logical, strategy, replicas,
-                    jit, warnings)
+                    jit, warnings, notes=tuple(notes))
 
 
 

@@ -102,6 +102,8 @@ class Plan:
         jit_compile_reason: why, in words (also written to ``summary.json``).
         mixed_precision: the Keras dtype policy name.
         warnings: things that work but are probably not what was meant.
+        notes: things worth knowing that are as meant (``tfgpu plan`` prints them; ``tfgpu run`` does
+            not), e.g. a GPU memory setting on a machine with no GPU.
         backend: the Keras backend, ``"tensorflow"`` or ``"jax"``; on ``jax``,
             ``tf_calls`` are Keras calls and ``env`` holds JAX's variables.
         env_settings: for each variable of ``env``, the config key it comes
@@ -123,6 +125,7 @@ class Plan:
     mixed_precision: str
     warnings: tuple[str, ...] = field(default=())
     backend: str = "tensorflow"
+    notes: tuple[str, ...] = field(default=())
     env_settings: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -184,6 +187,8 @@ class Plan:
                      f"precision: {self.mixed_precision}")
         for w in self.warnings:
             lines.append(f"Warning: {w}")
+        for n in self.notes:
+            lines.append(f"Note: {n}")
         return "\n".join(lines)
 
 

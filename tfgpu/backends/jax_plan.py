@@ -78,13 +78,14 @@ def _fraction(config: Config, gpus: list[GpuInfo], warnings: list[str]) -> tuple
     return key, fraction
 
 
-def _memory_env(config: Config, gpus: list[GpuInfo], probe: Probe, put: Callable[[str, str, str], None], warnings: list[str]) -> None:
+def _memory_env(config: Config, gpus: list[GpuInfo], probe: Probe, put: Callable[[str, str, str], None], warnings: list[str],
+                notes: list[str]) -> None:
     dev = config.devices
     limited = dev.memory_limit_mib is not None or dev.memory_fraction is not None
     if not gpus:
         asked = [k for k in ("memory_growth", "memory_limit_mib", "memory_fraction") if k in dev.model_fields_set]
         if asked:
-            warnings.append("no GPU is visible, so devices." + ", devices.".join(asked) + " has nothing to apply to")
+            notes.append("no GPU is visible, so devices." + ", devices.".join(asked) + " has nothing to apply to")
         return
     if not limited:
         growth = dev.memory_growth if dev.memory_growth is not None else True
@@ -172,7 +173,8 @@ def make_jax_plan(config: Config, probe: Probe) -> Plan:
         put("JAX_PLATFORMS", "cpu", "devices.visible_gpus")
     elif dev.visible_gpus != "all":
         put("CUDA_VISIBLE_DEVICES", ",".join(g.cuda_name for g in gpus), "devices.visible_gpus")
-    _memory_env(config, gpus, probe, put, warnings)
+    notes: list[str] = []
+    _memory_env(config, gpus, probe, put, warnings, notes)
     if tfc.gpu_allocator in ALLOCATORS:
         put("XLA_PYTHON_CLIENT_ALLOCATOR", ALLOCATORS[tfc.gpu_allocator], "tensorflow.gpu_allocator")
 
@@ -218,5 +220,5 @@ def make_jax_plan(config: Config, probe: Probe) -> Plan:
     else:
         jit = (True, JIT_REASON)
     return assemble(config, {k: env[k] for k in JAX_ENV_ORDER if k in env}, calls, gpus, everything, strategy,
-                    replicas, jit, warnings, backend="jax",
+                    replicas, jit, warnings, backend="jax", notes=tuple(notes),
                     env_settings={k: why[k] for k in JAX_ENV_ORDER if k in env})

@@ -152,6 +152,52 @@ def _allowed_keys(loc: tuple, root: type[BaseModel]) -> list[str]:
     return list(model.model_fields) if model is not None else []
 
 
+#: Where docs/config.md maps the old tutorials' names to tfgpu's keys (an unknown old name points there).
+OLD_NAMES_DOC = "docs/config.md, 'From the old tutorials to the current API'"
+
+#: TF1 ``ConfigProto``/``GPUOptions`` names and other tutorial spellings -> the tfgpu key(s) that do that job.
+OLD_NAMES: dict[str, str] = {
+    "gpu_options": "devices.memory_growth, devices.memory_fraction, devices.memory_limit_mib or devices.visible_gpus "
+                   "(TF1's GPUOptions fields are keys of the devices section)",
+    "allow_growth": "devices.memory_growth",
+    "per_process_gpu_memory_fraction": "devices.memory_fraction (or devices.memory_limit_mib)",
+    "visible_device_list": "devices.visible_gpus",
+    "cuda_visible_devices": "devices.visible_gpus",
+    "log_device_placement": "devices.log_device_placement",
+    "allow_soft_placement": "devices.soft_placement",
+    "inter_op_parallelism_threads": "tensorflow.inter_op_threads",
+    "intra_op_parallelism_threads": "tensorflow.intra_op_threads",
+    "virtual_devices": "devices.gpu_logical_devices (with devices.memory_limit_mib)",
+    "device_count": "devices.visible_gpus (GPUs) or devices.cpu_logical_devices (CPUs)",
+    "set_memory_growth": "devices.memory_growth",
+}
+
+
+def _all_keys(model: type[BaseModel], path: tuple = ()) -> list[tuple]:
+    """Every key path of the schema under ``model``, sections first (``("train", "epochs")``, ...); the keys of
+    a mapping of sections (``data.features``'s specs) are left out."""
+    out = []
+    for name, field in model.model_fields.items():
+        out.append(path + (name,))
+        inner, by_name = _section_type(field.annotation)
+        if inner is not None and not by_name:
+            out += _all_keys(inner, path + (name,))
+    return out
+
+
+def _elsewhere(unknown: str, loc: tuple, root: type[BaseModel]) -> Optional[str]:
+    """The key path, in another section, of a key misplaced at ``loc`` (``epochs`` at the top -> ``train.epochs``):
+    the same name first, else a close spelling of one."""
+    paths = [p for p in _all_keys(root) if p != loc]
+    same = [p for p in paths if p[-1] == unknown]
+    if same:
+        return ".".join(same[0])
+    close = difflib.get_close_matches(unknown, sorted({p[-1] for p in paths}), n=1, cutoff=0.8)
+    if close:
+        return ".".join(next(p for p in paths if p[-1] == close[0]))
+    return None
+
+
 def _data_loc(loc: tuple, data: Any) -> tuple:
     """Pydantic's error location without its own tags (``literal['auto']``, ``[key]``, ...).
 
@@ -201,8 +247,17 @@ def _problem(err: dict, data: Any, source: Any, root: type[BaseModel]) -> str:
         if hasattr(section_model, "keys_for"):  # a section whose keys depend on another key (data.kind)
             allowed = section_model.keys_for(_lookup(data, loc[:-1])[1])
         unknown = str(loc[-1]) if loc else ""
+        old_name = OLD_NAMES.get(unknown.lower())
         close = difflib.get_close_matches(unknown, allowed, n=1, cutoff=0.6)
-        guess = f" Did you mean '{'.'.join(str(p) for p in loc[:-1] + (close[0],))}'?" if close else ""
+        if old_name is not None:
+            guess = (f" '{unknown}' is TensorFlow 1's or an old tutorial's name: tfgpu's is {old_name}; "
+                     f"{OLD_NAMES_DOC} maps each old name to its key.")
+        elif close:
+            guess = f" Did you mean '{'.'.join(str(p) for p in loc[:-1] + (close[0],))}'?"
+        else:
+            moved = _elsewhere(unknown, loc, root)
+            guess = (f" Did you mean '{moved}'? That key belongs in the '{moved.rpartition('.')[0]}' section."
+                     if moved and "." in moved else f" Did you mean '{moved}' (a top-level key)?" if moved else "")
         return (
             f"{where}: unknown key '{dotted}'.{guess} Allowed keys here: {', '.join(allowed)}."
         )
@@ -221,8 +276,20 @@ def _problem(err: dict, data: Any, source: Any, root: type[BaseModel]) -> str:
 
 
 
+def _order(problem: str, source: Any) -> tuple:
+    """Where a problem sorts: by its line in the file (``recipe.yaml:7: ...``), then the rest (``--set``, a dict)."""
+    label = getattr(source, "label", None)
+    if label and problem.startswith(f"{label}:"):
+        line = problem[len(label) + 1:].partition(":")[0]
+        if line.isdigit():
+            return (0, int(line))
+    given = list(dict.fromkeys(getattr(source, "override_keys", {}).values()))  # --set items in the order given
+    return (1, next((i for i, label in enumerate(given) if problem.startswith(f"{label}:")), len(given)))
+
+
 def validation_error(exc: ValidationError, data: Any, source: Any, root: type[BaseModel]) -> ConfigError:
-    """Every problem pydantic found, once each, as one :class:`ConfigError`.
+    """Every problem pydantic found, once each, as one :class:`ConfigError`: one line per problem, in the order
+    of their lines in the file (problems from ``--set`` or a dict after them), no blank line between.
 
     Args:
         exc: the validation error of ``root.model_validate(data)``.
@@ -230,11 +297,12 @@ def validation_error(exc: ValidationError, data: Any, source: Any, root: type[Ba
         source: where it came from (``label``, ``where(loc)``, ``raw``): file:line or ``--set``.
         root: the schema's top model, for the keys allowed at each level.
     """
-    seen: list[str] = []
+    found: list[tuple[tuple, str]] = []
     for err in exc.errors():
         problem = _problem(err, data, source, root)
-        if problem not in seen:
-            seen.append(problem)
+        if problem not in (p for _, p in found):
+            found.append((_order(problem, source), problem))
+    seen = [p for _, p in sorted(found, key=lambda item: item[0])]  # stable: --set items keep pydantic's order
     head = f"{len(seen)} problems in the configuration:" if len(seen) > 1 else "invalid configuration:"
     body = "\n".join(f"  - {p}" for p in seen)
     return ConfigError(

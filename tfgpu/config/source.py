@@ -15,7 +15,7 @@ from typing import Any, Mapping, Optional, Sequence, Union
 import yaml
 from pydantic import ValidationError
 
-from ..errors import ConfigError
+from ..errors import ConfigError, UsageError
 from .messages import describe, validation_error
 from .schema import Config
 
@@ -150,25 +150,30 @@ def parse_override(item: str) -> tuple[tuple[str, ...], Any]:
     """``"train.epochs=3"`` -> ``(("train", "epochs"), 3)``; the value is read as YAML.
 
     Raises:
-        ConfigError: the item is not ``key.path=value`` or its value is not YAML.
+        UsageError: (exit code 2) the item is not ``key.path=value``, or its value is not YAML: how the
+            command line was written, not what the configuration says. A well-formed item whose key or
+            value the schema refuses is a :class:`ConfigError` later, in :func:`load_config`.
     """
     key, sep, raw = item.partition("=")
     key = key.strip()
     if not sep or not key or not re.match(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$", key):
-        raise ConfigError(
-            f"--set {item!r}: expected 'section.key=value', e.g. --set train.epochs=3.",
+        example = f"--set {key}=VALUE" if key and not sep and re.match(r"^[A-Za-z_][\w.]*$", key) \
+            else "--set train.epochs=3"
+        raise UsageError(
+            f"--set {item!r}: expected 'section.key=value' (a dotted key, '=', then a value), e.g. {example}.",
             "write the dotted key, '=', then the value (read as YAML: 3, true, [0, 1], 'text').",
         )
     try:
         value = yaml.safe_load(raw) if raw.strip() else None
     except yaml.YAMLError as exc:
         problem = " ".join(str(getattr(exc, "problem", None) or exc).split())
-        raise ConfigError(
+        raise UsageError(
             f"--set {item!r}: the value {raw!r} is not valid YAML ({problem}).",
             "quote text values and use [a, b] for lists.",
         ) from None
     except RecursionError:
-        raise _too_deep(f"--set {item!r}") from None
+        deep = _too_deep(f"--set {item!r}")
+        raise UsageError(deep.message, deep.hint) from None
     return tuple(key.split(".")), value
 
 

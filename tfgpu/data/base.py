@@ -17,6 +17,7 @@ pipelines the loops read, the same fast path for every source.
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 from dataclasses import dataclass, field, replace
@@ -243,9 +244,12 @@ def resolve_path(value: str, key: str) -> Path:
     expanded = os.path.expandvars(value)
     unset = re.findall(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?", expanded)
     if unset:
+        close = difflib.get_close_matches(unset[0], list(os.environ), n=1, cutoff=0.8)
+        guess = f" Did you mean ${close[0]} (which is set)?" if close else ""
         raise DataError(
-            f"data.{key}: '{value}' uses ${unset[0]}, which is not set in the environment.",
-            f"set {unset[0]} (e.g. export {unset[0]}=../shared/data), or write the path out.",
+            f"data.{key}: '{value}' uses ${unset[0]}, which is not set in the environment.{guess}",
+            (f"correct the name to ${close[0]} in data.{key}, or " if close else "")
+            + f"set {unset[0]} (e.g. export {unset[0]}=../shared/data), or write the path out.",
         )
     try:
         return Path(expanded).expanduser()
@@ -296,15 +300,28 @@ def existing(value: str, key: str, what: str, fix: str) -> Path:
     """:func:`resolve_path`, which must exist.
 
     Raises:
-        DataError: it does not (naming ``what`` was expected and ``fix``).
+        DataError: it does not (naming ``what`` was expected and ``fix``; a
+            path under ``examples/`` also names ``recipes/make_examples.py``,
+            which writes the example recipes' data there).
     """
     path = resolve_path(value, key)
     if not path.exists():
         unmounted = unmounted_data(path)
         if unmounted:
             raise DataError(f"data.{key}: '{value}' does not exist; {unmounted[0]}.", unmounted[1])
-        raise DataError(f"data.{key}: '{value}' does not exist (looked from {Path.cwd()}); expected {what}.", fix)
+        raise DataError(f"data.{key}: '{value}' does not exist (looked from {Path.cwd()}); expected {what}.",
+                        fix + examples_hint(value))
     return path
+
+
+def examples_hint(value: Optional[str]) -> str:
+    """For a missing path under ``examples/``: the sentence naming ``recipes/make_examples.py``, which writes the
+    example recipes' data there (``""`` for any other path), to append to a fix."""
+    if not value or Path(value).parts[:1] != ("examples",):
+        return ""
+    return (" The example data under examples/ is written by 'python recipes/make_examples.py' (run it from the "
+            "repository's root, about 20 s): MNIST from $TFGPU_DATA_DIR as a PNG class folder, TFRecord shards and "
+            "a prepared TFDS dataset, and the tumour-area .npz.")
 
 
 def holdout(n: int, fraction: float, seed: int, what: str) -> tuple[np.ndarray, np.ndarray]:

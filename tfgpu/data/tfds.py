@@ -30,7 +30,7 @@ import numpy as np
 
 from ..config import DataConfig
 from ..errors import DataError
-from .base import Data, DataSpec, LoadContext, Source, Split, label_task, rescale_for, resolve_path, tf_error_text
+from .base import Data, examples_hint, DataSpec, LoadContext, Source, Split, label_task, rescale_for, resolve_path, tf_error_text
 from .builder import DatasetReader
 
 DEFAULT_DATA_DIR = "~/tensorflow_datasets"
@@ -76,7 +76,8 @@ class TfdsSource(Source):
                 f"data.name: the TFDS dataset '{cfg.name}' is not prepared in {root} (no {base}/"
                 f"{version or '<version>'}/dataset_info.json; {where}); tfgpu does not download at run time.",
                 "prepare it there first (tfds build, or download_and_prepare on a machine with network, then copy "
-                "the folder), set data.data_dir to where it is, or set data.download: true to download it now.",
+                "the folder), set data.data_dir to where it is, or set data.download: true to download it now."
+                + examples_hint(cfg.data_dir),
             )
 
     def load(self, context: LoadContext) -> Data:

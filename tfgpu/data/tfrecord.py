@@ -32,7 +32,7 @@ import numpy as np
 
 from ..config import DataConfig, FeatureSpec
 from ..errors import DataError
-from .base import Data, DataSpec, LoadContext, Reader, Source, Split, label_task, resolve_path, rescale_for, \
+from .base import Data, examples_hint, DataSpec, LoadContext, Reader, Source, Split, label_task, resolve_path, rescale_for, \
     tf_error_text
 from .image_folder import CHANNELS
 
@@ -52,7 +52,7 @@ def match_files(pattern: str, key: str) -> tuple[str, ...]:
         files = sorted(f for f in glob.glob(str(path)) if Path(f).is_file())
     if not files:
         raise DataError(f"data.{key}: no files match '{pattern}' (looked from {Path.cwd()}).",
-                        f"point data.{key} at the TFRecord files, e.g. 'shards/train-*.tfrecord'.")
+                        f"point data.{key} at the TFRecord files, e.g. 'shards/train-*.tfrecord'." + examples_hint(pattern))
     empty = [f for f in files if Path(f).stat().st_size == 0]
     if empty:
         more = f" (and {len(empty) - 1} more)" if len(empty) > 1 else ""

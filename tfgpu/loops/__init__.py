@@ -70,6 +70,91 @@ def progress_mode(setting: str) -> str:
     return setting
 
 
+#: What :func:`epoch_stats_callback` adds to each epoch's logs (and metrics.csv), in the order the epoch line shows.
+EPOCH_STATS = ("epoch_seconds", "train_seconds", "samples_per_second")
+
+
+def _seconds(value: float) -> str:
+    """Seconds for the eye, 2-3 significant digits: ``0.0507`` -> ``0.051``, ``0.1316`` -> ``0.132``, ``4.4076`` ->
+    ``4.41``, ``61.57`` -> ``61.6``, ``312.4`` -> ``312``."""
+    if value >= 100:
+        return f"{value:.0f}"
+    return f"{value:.1f}" if value >= 10 else f"{value:.2f}" if value >= 1 else f"{value:.3f}"
+
+
+def format_epoch(logs: dict[str, float]) -> str:
+    """One epoch's logs as the console shows them: ``loss: 0.3012 - accuracy: 0.9100 - ... - epoch_seconds: 4.41 -
+    train_seconds: 3.66 - samples_per_second: 6199``.
+
+    Metrics keep Keras's own format (4 decimals; ``.4e`` below 0.001, as ``keras.utils.Progbar``); the timing
+    figures of :data:`EPOCH_STATS` are rounded for reading (seconds to 2-3 significant digits, samples/s to a
+    whole number) and come last. Display only: ``metrics.csv`` and ``summary.json`` keep the full values.
+
+    Args:
+        logs: an epoch's logs (metric name -> float), e.g. as Keras passes them to ``on_epoch_end``.
+
+    Returns:
+        The ``" - "``-joined ``name: value`` items.
+    """
+    items = [f"{k}: {v:.4f}" if v == 0 or abs(v) >= 1e-3 else f"{k}: {v:.4e}"
+             for k, v in ((k, float(v)) for k, v in logs.items() if k not in EPOCH_STATS)]
+    for key in EPOCH_STATS:
+        if key in logs:
+            value = float(logs[key])
+            items.append(f"{key}: {value:.0f}" if key == "samples_per_second" else f"{key}: {_seconds(value)}")
+    return " - ".join(items)
+
+
+def epoch_stats(callbacks: list, epoch: int) -> dict[str, float]:
+    """The :data:`EPOCH_STATS` figures that :func:`epoch_stats_callback` (among ``callbacks``) recorded for
+    ``epoch`` (from 0), or ``{}``: ``keras.callbacks.CallbackList`` hands the callbacks a copy of the logs, so
+    a loop that prints them reads the figures back here."""
+    for callback in callbacks:
+        record = getattr(callback, "epochs", None)
+        if isinstance(record, Epochs) and record.rows and record.rows[-1].get("epoch") == epoch:
+            return {k: record.rows[-1][k] for k in EPOCH_STATS if k in record.rows[-1]}
+    return {}
+
+
+def epoch_line(epoch: int, epochs: int, logs: dict[str, float]) -> str:
+    """``Epoch 3/10 - <format_epoch(logs)>``: the line each loop prints per epoch with ``train.progress: epoch``.
+
+    Args:
+        epoch: counted from 0 (as Keras's callbacks count); epochs: the run's total.
+    """
+    return f"Epoch {epoch + 1}/{epochs} - {format_epoch(logs)}"
+
+
+def progress_callback() -> Any:
+    """``fit``'s console output: a ``keras.callbacks.ProgbarLogger`` whose epoch line is :func:`epoch_line`.
+
+    With ``verbose=2`` (``train.progress: epoch``) it prints one :func:`epoch_line` per epoch, as the custom loop
+    does; with ``verbose=1`` (``bar``) it draws Keras's progress bar and ends it with the metrics, leaving out the
+    timing figures of :data:`EPOCH_STATS` (Keras would print them with 4 decimals; the bar shows the time). Given
+    to ``fit`` among the callbacks, it replaces the one Keras adds, and it must come after
+    :func:`epoch_stats_callback` (whose figures it prints).
+
+    Wraps: https://keras.io/api/callbacks/progbar_logger/
+    """
+    import keras  # noqa: PLC0415
+
+    class EpochProgress(keras.callbacks.ProgbarLogger):
+        def on_epoch_begin(self, epoch: int, logs: Optional[dict] = None) -> None:
+            if self.verbose == 1:
+                super().on_epoch_begin(epoch, logs)
+            else:
+                self._reset_progbar()
+
+        def on_epoch_end(self, epoch: int, logs: Optional[dict] = None) -> None:
+            logs = logs or {}
+            if self.verbose == 1:
+                self._finalize_progbar({k: v for k, v in logs.items() if k not in EPOCH_STATS})
+            elif self.verbose:
+                print(epoch_line(epoch, self.epochs, logs), flush=True)
+
+    return EpochProgress()
+
+
 def check_loss(loss: float, epoch: int, how: str = "") -> None:
     """Raise :class:`TrainingError` when an epoch's training loss is NaN or infinite (``train.terminate_on_nan``).
 

@@ -24,7 +24,7 @@ import time
 from typing import Any
 
 from ..console import warn
-from . import Job, check_loss
+from . import Job, check_loss, epoch_line, epoch_stats, format_epoch
 
 # The last run's distributed iterators, kept alive on purpose. Destroying a MirroredStrategy
 # iterator waits for tf.data's autotuning thread of its per-device datasets to wake from a
@@ -230,11 +230,12 @@ def train_custom(job: Job, callbacks: list, progress: str, start: tuple[int, int
         if job.terminate_on_nan:
             check_loss(logs["loss"], epoch + 1)
         seconds = time.perf_counter() - started
-        text = " - ".join(f"{k}: {v:.4f}" for k, v in logs.items())
         cbs.on_epoch_end(epoch, logs)
         if progress != "none":
-            prefix = "" if bar is not None else f"Epoch {epoch + 1}/{epochs} - "
-            print(f"{prefix}{seconds:.1f}s - {text}", file=sys.stdout, flush=True)
+            # The epoch statistics callback's figures; timed here too, for a caller without that callback.
+            shown = {"epoch_seconds": seconds, **logs, **epoch_stats(callbacks, epoch)}
+            print(format_epoch(shown) if bar is not None else epoch_line(epoch, epochs, shown), file=sys.stdout,
+                  flush=True)
     cbs.on_train_end()
     _LAST_ITERATORS[:] = [train_batches, val_batches]
     return {"train": train_steps.experimental_get_tracing_count(),

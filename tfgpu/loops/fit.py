@@ -7,7 +7,7 @@ import time
 from typing import Any, Optional
 
 from ..console import warn
-from . import Job, check_loss
+from . import Job, check_loss, progress_callback
 from .custom import MAX_CALL_SECONDS
 
 VERBOSE = {"bar": 1, "epoch": 2, "none": 0}
@@ -26,7 +26,8 @@ def train_fit(job: Job, callbacks: list, progress: str, start: tuple[int, int] =
             each global batch across the replicas.
         callbacks: Keras callbacks (CSVLogger with ``append=True``: a resumed
             run calls fit twice).
-        progress: ``"bar"``, ``"epoch"`` or ``"none"``.
+        progress: ``"bar"``, ``"epoch"`` or ``"none"`` (:func:`~tfgpu.loops.progress_callback` prints the
+            epoch lines: :func:`~tfgpu.loops.epoch_line`, timing figures rounded).
         start: ``(epoch, step)`` to start from, both counted from 0: epochs
             before ``epoch`` and the first ``step`` steps of it are done (a
             checkpoint's position). fit cannot start inside an epoch, so the
@@ -50,6 +51,8 @@ def train_fit(job: Job, callbacks: list, progress: str, start: tuple[int, int] =
         # checkpoint save would commit the NaN weights as the position to resume from.
         callbacks = [keras.callbacks.TerminateOnNaN(raise_error=True),
                      keras.callbacks.LambdaCallback(on_epoch_begin=lambda e, logs: at.__setitem__(0, e)), *callbacks]
+    if progress != "none":  # last: it prints what the callbacks before it (epoch statistics) put in the logs
+        callbacks = [*callbacks, progress_callback()]
     epochs, steps_per_epoch = job.epochs, job.steps_per_epoch
     epoch, step = start
     calls = []
