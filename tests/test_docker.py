@@ -8,7 +8,8 @@ No test here builds or runs the image (no engine in CI). Instead:
   tested with, CUDA/cuDNN come from TensorFlow's own ``and-cuda`` extra, a numeric non-root
   user, ``ENTRYPOINT ["tfgpu"]``, ``TFGPU_DATA_DIR`` and the run directory on volumes, a
   ``tfgpu doctor`` health check, COPY sources present and not excluded by .dockerignore;
-- every ``docker run`` example in the README's container section and in the Dockerfile's
+- every ``docker run`` example in the README's container section, in the user's guide of
+  docs/containers.md and in the Dockerfile's
   header is checked: the tfgpu command and its options exist (``tfgpu ARGS --help`` exits
   0), every recipe it names is in the image (resolved from the image's WORKDIR through the
   COPY instructions back to this repository) or mounted, and its runs land on a volume.
@@ -40,6 +41,8 @@ from .conftest import ROOT, run_cli
 DOCKERFILE = ROOT / "Dockerfile"
 DOCKERIGNORE = ROOT / ".dockerignore"
 README = ROOT / "README.md"
+GUIDE = ROOT / "docs" / "containers.md"
+GUIDE_SECTION = "## The GPU image with Docker"       # the user's guide, which README_SECTION links to
 SETUP_CFG = ROOT / "setup.cfg"
 README_SECTION = "## GPU containers (Docker)"
 RECIPE_SUFFIXES = (".yaml", ".yml")
@@ -393,20 +396,29 @@ def _commands_in(snippet: str, where_line: int, where_file: str) -> list[tuple[s
     return found
 
 
-def readme_section() -> tuple[str, int]:
-    """The README's container section and the line it starts on ('' if it is missing)."""
-    lines = README.read_text().splitlines()
+def readme_section(path: Path = README, heading: str = README_SECTION) -> tuple[str, int]:
+    """The README's container section (or another page's section) and the line it starts on ('' if it is missing)."""
+    lines = path.read_text().splitlines()
     for start, line in enumerate(lines):
-        if line.strip() == README_SECTION:
+        if line.strip() == heading:
             end = next((j for j in range(start + 1, len(lines)) if lines[j].startswith("## ")), len(lines))
             return "\n".join(lines[start:end]), start + 1
     return "", 0
 
 
 def documented_commands() -> list[tuple[str, list[str], str]]:
-    """Every command in the README section (fenced blocks and inline code) and the Dockerfile header."""
+    """Every command in the README section and docs/containers.md's guide (fenced blocks and inline code) and the
+    Dockerfile header."""
     found = []
-    section, first = readme_section()
+    for path, heading in ((README, README_SECTION), (GUIDE, GUIDE_SECTION)):
+        found += _section_commands(path, heading)
+    return found + _dockerfile_commands()
+
+
+def _section_commands(path: Path, heading: str) -> list[tuple[str, list[str], str]]:
+    found = []
+    name = path.relative_to(ROOT).as_posix()
+    section, first = readme_section(path, heading)
     lines = section.splitlines()
     fence: Optional[int] = None
     prose: list[tuple[int, str]] = []
@@ -415,7 +427,7 @@ def documented_commands() -> list[tuple[str, list[str], str]]:
             if fence is None:
                 fence = n
             else:
-                found += _commands_in("\n".join(lines[fence + 1:n]), first + fence + 1, "README.md")
+                found += _commands_in("\n".join(lines[fence + 1:n]), first + fence + 1, name)
                 fence = None
         elif fence is None:
             prose.append((n, line))
@@ -425,7 +437,12 @@ def documented_commands() -> list[tuple[str, list[str], str]]:
         code = " ".join(match.group(1).split())
         if code.startswith("docker "):
             line_no = prose[prose_text.count("\n", 0, match.start())][0]
-            found += [(f"README.md:{first + line_no}", words, code) for words in _split_shell(code)]
+            found += [(f"{name}:{first + line_no}", words, code) for words in _split_shell(code)]
+    return found
+
+
+def _dockerfile_commands() -> list[tuple[str, list[str], str]]:
+    found = []
     # The Dockerfile's header: the comment lines before the first instruction.
     header = []
     for n, line in enumerate(DOCKERFILE.read_text().splitlines(), 1):
@@ -695,22 +712,23 @@ def test_dockerignore_keeps_data_runs_and_caches_out():
 def test_the_docs_show_the_commands_users_need():
     section, _ = readme_section()
     assert section, f"README.md has no '{README_SECTION}' section"
+    assert readme_section(GUIDE, GUIDE_SECTION)[0], f"docs/containers.md has no '{GUIDE_SECTION}' section"
     runs = [r for r in docker_runs() if not r.error]
     image = built_tag()
 
     def shown(where: str, check) -> bool:
         return any(r.where.startswith(where) and check(r) for r in runs)
 
-    for where in ("README.md", "Dockerfile"):
+    for where in ("README.md", "docs/containers.md", "Dockerfile"):
         assert shown(where, lambda r: r.image == image and r.args[:2] == ["run", "recipes/mnist.yaml"]
                      and "all" in r.values("--gpus")), f"{where}: no `docker run --gpus all {image} run recipes/mnist.yaml`"
         assert shown(where, lambda r: r.args[:1] == ["doctor"]), f"{where}: no `docker run ... {image} doctor`"
-    assert shown("README.md", lambda r: any(v.startswith('"device=') for v in r.values("--gpus"))), "no --gpus '\"device=...\"'"
-    assert shown("README.md", lambda r: "NVIDIA_VISIBLE_DEVICES" in r.env), "no NVIDIA_VISIBLE_DEVICES example"
-    assert shown("README.md", lambda r: IMAGE.env["TFGPU_DATA_DIR"] in r.mounts), "no data mount"
-    assert shown("README.md", lambda r: posixpath.join(IMAGE.workdir, "runs") in r.mounts), "no runs mount"
-    assert shown("README.md", lambda r: bool(r.values("-u", "--user"))), "no --user example"
-    assert shown("README.md", lambda r: any(
+    assert shown("docs/containers.md", lambda r: any(v.startswith('"device=') for v in r.values("--gpus"))), "no --gpus '\"device=...\"'"
+    assert shown("docs/containers.md", lambda r: "NVIDIA_VISIBLE_DEVICES" in r.env), "no NVIDIA_VISIBLE_DEVICES example"
+    assert shown("docs/containers.md", lambda r: IMAGE.env["TFGPU_DATA_DIR"] in r.mounts), "no data mount"
+    assert shown("docs/containers.md", lambda r: posixpath.join(IMAGE.workdir, "runs") in r.mounts), "no runs mount"
+    assert shown("docs/containers.md", lambda r: bool(r.values("-u", "--user"))), "no --user example"
+    assert shown("docs/containers.md", lambda r: any(
         a.endswith(RECIPE_SUFFIXES) and posixpath.join(r.workdir, a) in r.mounts for a in r.args)), "no own-recipe mount"
 
 

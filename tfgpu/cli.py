@@ -46,10 +46,28 @@ def handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:
     return click.option("--debug", is_flag=True, help="Print the traceback of errors (or set TFGPU_DEBUG=1).")(wrapper)
 
 
-_set_option = click.option(
-    "--set", "overrides", multiple=True, metavar="KEY=VALUE",
-    help="Override a config key, e.g. --set train.epochs=3 (value read as YAML; repeatable).",
-)
+def _check_overrides(ctx: click.Context, param: Any, items: tuple[str, ...]) -> tuple[str, ...]:
+    """Refuse a malformed ``--set`` item before the command starts: exit 2 (a usage error) with tfgpu's message."""
+    from .config.source import parse_override  # noqa: PLC0415
+    from .errors import UsageError  # noqa: PLC0415
+
+    for item in items:
+        try:
+            parse_override(item)
+        except UsageError as exc:
+            click.echo(exc.report(), err=True)
+            ctx.exit(exc.exit_code)
+    return items
+
+
+def _set_option_with(example: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """The ``--set KEY=VALUE`` option (repeatable), its help giving ``example``: a key that fits the command."""
+    return click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", callback=_check_overrides,
+                        help=f"Override a config key, e.g. --set {example} (value read as YAML; repeatable).")
+
+
+_set_option = _set_option_with("train.epochs=3")  # run, plan
+_set_device_option = _set_option_with("devices.cpu_logical_devices=2")  # devices, bench
 
 
 @click.group(context_settings=CONTEXT)
@@ -67,7 +85,7 @@ def main() -> None:
     tfgpu bench matmul|logging|devices                time your hardware (d2l's GPU exercises)
     tfgpu run recipes/mnist.yaml --workers 2          two local workers (MultiWorkerMirroredStrategy)
     tfgpu run --resume runs/mnist-20261123-101500     continue a killed run from its checkpoint
-    tfgpu launch recipes/mnist.yaml -- train.py       an unmodified script with the config applied
+    tfgpu launch recipes/gpu.yaml -- recipes/scripts/train.py   your own script, the config applied
     tfgpu export slurm|tfjob recipes/mnist.yaml       a Slurm batch script or a Kubeflow TFJob
 
     Exit codes: 0 ok, 2 usage, 3 config, 4 device, 5 data, 6 TensorFlow already
@@ -97,9 +115,13 @@ MAX_RESTARTS = 3
 @click.option("--max-restarts", type=click.IntRange(0, 1000), default=MAX_RESTARTS, show_default=True,
               help="With --workers N: restart the workers from the last checkpoint up to this many times when "
                    "one crashes or is killed.")
+@click.option("--dry-run", is_flag=True,
+              help="Do everything before training, then stop and write nothing: check the recipe, start "
+                   "TensorFlow, load the data, build the model, optimizer, loss and metrics and run them on two "
+                   "training samples (with --resume: check the run it would continue). Not with --workers N.")
 @handle_errors
 def run(recipe: str | None, overrides: tuple[str, ...], output_dir: str | None, workers: int, resume: str | None,
-        max_restarts: int) -> None:
+        max_restarts: int, dry_run: bool) -> None:
     """Train RECIPE's model under its tf.distribute strategy and write a run directory.
 
     \b
@@ -117,22 +139,36 @@ def run(recipe: str | None, overrides: tuple[str, ...], output_dir: str | None, 
     (train.checkpoint.requeue_signal, SIGUSR1) save a checkpoint and exit
     with 75; with --workers they are forwarded to the workers, which die
     with this process.
+
+    --dry-run stops where the run directory would be written (exit 0) and
+    writes nothing: it catches what 'tfgpu plan RECIPE' cannot, such as a
+    model that does not fit the data's shape or a loss that does not fit its
+    labels. It runs in one process: for --workers N, 'tfgpu plan RECIPE
+    --workers N' checks the recipe and shows worker 0's plan.
     """
     from .errors import ConfigError  # noqa: PLC0415
-    from .runner import run as run_recipe, run_workers  # noqa: PLC0415
+    from .runner import dry_run as dry_run_recipe, run as run_recipe, run_workers  # noqa: PLC0415
 
     if recipe is None and resume is None:
         raise ConfigError("tfgpu run: no recipe was given (received neither RECIPE nor --resume RUN_DIR).",
                           "name a recipe (tfgpu run recipes/mnist.yaml) or a run to continue "
                           "(tfgpu run --resume runs/NAME).")
-    if workers > 1:
+    if dry_run and workers > 1:
+        raise click.UsageError(
+            f"--dry-run checks one process and cannot start --workers {workers}; check the recipe and worker 0's "
+            f"plan with 'tfgpu plan RECIPE --workers {workers}', or leave --workers out to dry-run the model "
+            "against the data in one process.")
+    if dry_run:
+        for line in dry_run_recipe(recipe, overrides, output_dir, resume=resume):
+            click.echo(line)
+    elif workers > 1:
         run_workers(recipe, overrides, output_dir, workers, resume=resume, max_restarts=max_restarts)
     else:
         run_recipe(recipe, overrides, output_dir, resume=resume)
 
 
 @main.command(context_settings={**CONTEXT, "ignore_unknown_options": True})
-@_set_option
+@_set_option_with("devices.memory_growth=true")
 @_workers_option
 @click.option("--log-dir", metavar="DIR", help="Where each worker's log goes with --workers N "
               "(default: tfgpu-logs/launch-<time>).")
@@ -142,9 +178,9 @@ def launch(overrides: tuple[str, ...], workers: int, log_dir: str | None, comman
     """Run an unmodified script with the config applied: tfgpu launch [RECIPE] [OPTIONS] -- SCRIPT [ARGS].
 
     \b
-    tfgpu launch recipes/gpu.yaml -- train.py --epochs 3
-    tfgpu launch --set devices.cpu_logical_devices=2 -- -m mypackage.train
-    tfgpu launch recipes/gpu.yaml --workers 2 -- train_mwms.py
+    tfgpu launch recipes/gpu.yaml -- recipes/scripts/train.py --epochs 1
+    tfgpu launch --set devices.cpu_logical_devices=2 -- -m recipes.scripts.train
+    tfgpu launch recipes/gpu.yaml --workers 2 -- recipes/scripts/train.py --steps 50
 
     RECIPE is a .yaml/.yml file (optional; else TFGPU_CONFIG, else the
     defaults). Settings TensorFlow reads from the environment travel that
@@ -170,7 +206,7 @@ def launch(overrides: tuple[str, ...], workers: int, log_dir: str | None, comman
 
 @main.command(context_settings=CONTEXT)
 @click.argument("run_dir", type=click.Path())
-@_set_option
+@_set_option_with("data.test_path=photos/new")
 @click.option("--split", "splits", type=click.Choice(["validation", "test", "all"]), default="all", show_default=True,
               help="Which split to evaluate.")
 @handle_errors
@@ -197,28 +233,43 @@ _machine_option = click.option(
 @click.argument("recipe", type=click.Path(), required=False)
 @_set_option
 @_machine_option
-@click.option("--json", "as_json", is_flag=True, help="Print the config and the plan as JSON.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the config, the plan and (with RECIPE) what the run trains as JSON.")
 @click.option("--launch", "for_launch", is_flag=True,
               help="Also show how 'tfgpu launch' passes each setting: by environment or by its bootstrap.")
-@_workers_option
+@click.option("--workers", type=click.IntRange(1, 64), default=1, show_default=True,
+              help="Plan as worker 0 of N local workers ('tfgpu run --workers N'); starts nothing.")
 @handle_errors
 def plan(recipe: str | None, overrides: tuple[str, ...], machine: str | None, as_json: bool, for_launch: bool,
          workers: int) -> None:
-    """Show what `run` / tfgpu.setup() would apply for RECIPE, without importing TensorFlow.
+    """Check RECIPE and show what `run` / tfgpu.setup() would do, without importing TensorFlow.
 
-    Prints the resolved config's effect: environment variables, tf.config calls in
-    order, the strategy, replicas, per-replica and global batch, and warnings.
-    Without RECIPE: the file named by TFGPU_CONFIG, else the defaults.
+    With RECIPE, first every check 'tfgpu run' makes before TensorFlow starts,
+    with the same messages and exit codes (3 config, 5 data, 8 output): a
+    model is defined, its layer, optimizer, loss and metric names exist in
+    Keras, a model.builder's module can be found, and the data's local files
+    are there and readable (--machine: the files are not checked). Then what
+    the run trains (data, model, loss, optimizer, epochs, loop, batch) and the
+    resolved config's effect: environment variables, tf.config calls in
+    order, the strategy, replicas, per-replica and global batch, and
+    warnings. Without RECIPE (or with --launch): only the plan of the file
+    named by TFGPU_CONFIG, else the defaults. 'tfgpu run RECIPE --dry-run'
+    goes further: it starts TensorFlow and runs the model on the data.
     """
     from .plan import make_plan  # noqa: PLC0415
+    from .preflight import check, describe_lines, describe_run  # noqa: PLC0415
     from .probe import load_facts, probe  # noqa: PLC0415
 
     from .launch import as_worker_zero, load_for_workers  # noqa: PLC0415
 
     cfg, _ = load_for_workers(recipe, overrides, workers)
+    checked = recipe is not None and not for_launch  # what 'tfgpu run RECIPE' checks; a launched script has its own
+    if checked:
+        check(cfg, files=machine is None)
     machine_probe = load_facts(machine).machine if machine else probe()
     machine_probe = as_worker_zero(machine_probe, [12345 + i for i in range(workers)])  # example ports
     result = make_plan(cfg, machine_probe)
+    run_block = {**describe_run(cfg, result), "files_checked": machine is None} if checked else None
     settings = None
     if for_launch:
         from .launch import launch_settings  # noqa: PLC0415
@@ -226,6 +277,8 @@ def plan(recipe: str | None, overrides: tuple[str, ...], machine: str | None, as
         settings = launch_settings(result, workers)
     if as_json:
         data = {"config": cfg.to_dict(), "machine": machine_probe.to_dict(), "plan": result.to_dict()}
+        if run_block is not None:
+            data["run"] = run_block
         if settings is not None:
             data["launch"] = [{"key": r.key, "how": r.how, "what": r.what} for r in settings]
         click.echo(json.dumps(data, indent=2, default=str))
@@ -234,6 +287,10 @@ def plan(recipe: str | None, overrides: tuple[str, ...], machine: str | None, as
         click.echo(f"Machine: {machine}")
     elif machine_probe.nvml_error:
         click.echo(f"NVML: {machine_probe.nvml_error} (planning for the CPU; 'tfgpu doctor' explains)")
+    if run_block is not None:
+        click.echo("\n".join(describe_lines(run_block)))
+        if machine:
+            click.echo("  (--machine: the output folder and the data files were not checked; they are that machine's)")
     click.echo(result.describe())
     if workers > 1:
         click.echo(f"(--workers {workers}: each worker gets its own TF_CONFIG with a free port; the ports above "
@@ -246,7 +303,7 @@ def plan(recipe: str | None, overrides: tuple[str, ...], machine: str | None, as
 
 @main.command(context_settings=CONTEXT)
 @click.argument("recipe", type=click.Path(), required=False)
-@_set_option
+@_set_device_option
 @click.option("--json", "as_json", is_flag=True, help="Print the facts as JSON (input for 'plan --machine').")
 @click.option("--no-tensorflow", is_flag=True,
               help="Do not start TensorFlow (instant: only NVML, and JAX with backend: jax).")
@@ -294,7 +351,7 @@ def devices(recipe: str | None, overrides: tuple[str, ...], as_json: bool, no_te
 
 @main.command(context_settings=CONTEXT)
 @click.argument("recipe", type=click.Path(), required=False)
-@_set_option
+@_set_option_with("devices.memory_growth=true")
 @click.option("--json", "as_json", is_flag=True, help="Print the findings and the facts as JSON.")
 @click.option("--quiet", "-q", is_flag=True, help="Print only errors (for health checks).")
 @click.option("--strict", is_flag=True, help="Exit 9 on warnings too.")
@@ -359,8 +416,12 @@ def export() -> None:
     """Write a recipe as a Slurm batch script or a Kubeflow TFJob manifest.
 
     \b
-    tfgpu export slurm recipes/mnist.yaml --nodes 2 --gpus-per-node 4 -o mnist.sbatch
-    tfgpu export tfjob recipes/mnist.yaml --image registry/tfgpu:1 --workers 2 -o mnist-tfjob.yaml
+    tfgpu export slurm recipes/mnist.yaml --workers 2 --gpus-per-worker 4 --time 4h -o mnist.sbatch
+    tfgpu export tfjob recipes/mnist.yaml --image registry/tfgpu:1 --workers 2 --data-pvc tfgpu-data \\
+        --runs-pvc tfgpu-runs -o mnist-tfjob.yaml
+
+    Both take --workers (one per Slurm node, one per pod) and --gpus-per-worker;
+    'export slurm' also reads them as --nodes and --gpus-per-node.
     """
 
 
@@ -380,56 +441,99 @@ def _write(text: str, output: str | None) -> None:
     click.echo(f"tfgpu: wrote {output}", err=True)
 
 
+class _Checked(click.ParamType):
+    """A string checked (and perhaps rewritten) by a function of :mod:`tfgpu.export` that raises ``ValueError``."""
+
+    def __init__(self, name: str, check: str, *args: str) -> None:
+        self.name, self._check, self._args = name, check, args
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> str:
+        from . import export as export_lib  # noqa: PLC0415
+
+        try:
+            return getattr(export_lib, self._check)(str(value), *self._args)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
 _output_option = click.option("--output", "-o", metavar="FILE", help="Write to FILE instead of printing.")
-_name_option = click.option("--name", metavar="NAME", help="Job name (default: the recipe's file name).")
+_export_set_option = _set_option_with("train.epochs=20")
+_EXPORT_WORKERS = 2  # the default of --workers for both exports
 
 
 @export.command("slurm", context_settings=CONTEXT)
 @click.argument("recipe", type=click.Path())
-@_set_option
-@click.option("--nodes", type=click.IntRange(1, 4096), default=2, show_default=True, help="Nodes; one worker each.")
-@click.option("--gpus-per-node", type=click.IntRange(0, 64), default=1, show_default=True,
-              help="GPUs of each node (#SBATCH --gpus-per-node; 0: CPU nodes).")
-@click.option("--time", "time_limit", metavar="HH:MM:SS", help="#SBATCH --time.")
-@click.option("--partition", metavar="NAME", help="#SBATCH --partition.")
-@_name_option
+@_export_set_option
+@click.option("--workers", "--nodes", "workers", type=click.IntRange(1, 4096), default=_EXPORT_WORKERS,
+              show_default=True, help="Workers, one per node (#SBATCH --nodes).")
+@click.option("--gpus-per-worker", "--gpus-per-node", "gpus_per_worker", type=click.IntRange(0, 64), default=1,
+              show_default=True, help="GPUs of each worker's node (#SBATCH --gpus-per-node; 0: CPU nodes).")
+@click.option("--time", "time_limit", type=_Checked("TIME", "slurm_time"),
+              help="#SBATCH --time, in a form Slurm reads: minutes, minutes:seconds, hours:minutes:seconds, "
+                   "days-hours, days-hours:minutes, days-hours:minutes:seconds, or UNLIMITED. Durations such as "
+                   "4h, 90m, 1d12h are converted to Slurm's form (4h: 04:00:00).  [default: the partition's]")
+@click.option("--partition", type=_Checked("NAME", "slurm_partition"),
+              help="#SBATCH --partition (names separated by commas).  [default: the cluster's]")
+@click.option("--name", type=_Checked("NAME", "job_name", "slurm"),
+              help="Job name: letters, digits, _ . -; it also names the run directory RUN_DIR=OUTPUT_DIR/NAME-JOBID "
+                   "and the log NAME-JOBID.out.  [default: the recipe's file name]")
 @_output_option
 @handle_errors
-def export_slurm(recipe: str, overrides: tuple[str, ...], nodes: int, gpus_per_node: int, time_limit: str | None,
+def export_slurm(recipe: str, overrides: tuple[str, ...], workers: int, gpus_per_worker: int, time_limit: str | None,
                  partition: str | None, name: str | None, output: str | None) -> None:
-    """An sbatch script that runs RECIPE on NODES nodes with srun (one worker per node)."""
+    """An sbatch script that runs RECIPE on WORKERS nodes with srun (one worker per node).
+
+    Each task runs 'tfgpu run RECIPE --resume RUN_DIR' with
+    RUN_DIR=output.dir/NAME-$SLURM_JOB_ID, so a requeued job continues its run.
+    """
     from .config import load_config  # noqa: PLC0415
     from .export import slurm_script  # noqa: PLC0415
 
     cfg = load_config(recipe, overrides=[*overrides, "distribute.strategy=multi_worker_mirrored"])
     signal = cfg.train.checkpoint.requeue_signal if cfg.train.checkpoint.enabled else None
-    _write(slurm_script(recipe, overrides, nodes, gpus_per_node, cfg.distribute.port, time_limit, partition, name,
-                        cfg.output.dir, signal), output)
+    _write(slurm_script(recipe, overrides, workers, gpus_per_worker, cfg.distribute.port, time_limit, partition,
+                        name, cfg.output.dir, signal), output)
 
 
 @export.command("tfjob", context_settings=CONTEXT)
 @click.argument("recipe", type=click.Path())
-@_set_option
+@_export_set_option
 @click.option("--image", required=True, metavar="IMAGE", help="Container image with tfgpu installed.")
-@click.option("--workers", type=click.IntRange(1, 4096), default=2, show_default=True, help="Worker pods.")
+@click.option("--workers", type=click.IntRange(1, 4096), default=_EXPORT_WORKERS, show_default=True,
+              help="Worker pods (the TFJob's Worker replicas).")
 @click.option("--gpus-per-worker", type=click.IntRange(0, 64), default=1, show_default=True,
               help="nvidia.com/gpu limit of each pod (0: CPU pods).")
-@_name_option
+@click.option("--data-pvc", type=_Checked("PVC", "k8s_volume_claim", "--data-pvc"),
+              help="PersistentVolumeClaim with the data folders, mounted read-only at /data (TFGPU_DATA_DIR in "
+                   "the tfgpu image).  [default: none; a warning says a recipe reading /data will stop]")
+@click.option("--runs-pvc", type=_Checked("PVC", "k8s_volume_claim", "--runs-pvc"),
+              help="PersistentVolumeClaim (ReadWriteMany with several workers) mounted at /work/runs for the run "
+                   "directory.  [default: an emptyDir, lost with the pod]")
+@click.option("--name", type=_Checked("NAME", "job_name", "tfjob"),
+              help="Job name: lower-case letters, digits, -; it also names the run directory /work/runs/NAME.  "
+                   "[default: the recipe's file name]")
 @_output_option
 @handle_errors
 def export_tfjob(recipe: str, overrides: tuple[str, ...], image: str, workers: int, gpus_per_worker: int,
-                 name: str | None, output: str | None) -> None:
-    """A Kubeflow TFJob (kubeflow.org/v1) with WORKERS pods and a ConfigMap holding RECIPE."""
-    from .config import load_config  # noqa: PLC0415
-    from .export import tfjob_manifest  # noqa: PLC0415
+                 data_pvc: str | None, runs_pvc: str | None, name: str | None, output: str | None) -> None:
+    """A Kubeflow TFJob (kubeflow.org/v1) with WORKERS pods and a ConfigMap holding RECIPE.
 
+    Each pod runs 'tfgpu run /etc/tfgpu/recipe.yaml --resume /work/runs/NAME',
+    so a restarted pod continues the run from its last checkpoint.
+    """
+    from .config import load_config  # noqa: PLC0415
+    from .export import tfjob_manifest, tfjob_notes  # noqa: PLC0415
     from .results import given_yaml  # noqa: PLC0415
 
     cfg = load_config(recipe, overrides=[*overrides, "distribute.strategy=multi_worker_mirrored"])
     # The settings as given, not every default (as a run's config.yaml): the pods plan them as
     # `tfgpu run RECIPE` would here.
     recipe_yaml = given_yaml(cfg)
-    _write(tfjob_manifest(recipe, recipe_yaml, (), image, workers, gpus_per_worker, name), output)
+    _write(tfjob_manifest(recipe, recipe_yaml, overrides, image, workers, gpus_per_worker, name, data_pvc, runs_pvc),
+           output)
+    for note in tfjob_notes(data_pvc, runs_pvc):
+        if note.startswith("WARNING: "):
+            click.echo(f"tfgpu: warning: {note[len('WARNING: '):]}", err=True)
 
 
 # bench.py imports only the standard library at module level (TensorFlow inside its functions).
@@ -492,7 +596,7 @@ def _bench_setup(recipe: str | None, overrides: tuple[str, ...]) -> dict[str, An
 
 @bench.command("matmul", context_settings=CONTEXT)
 @click.argument("recipe", type=click.Path(), required=False)
-@_set_option
+@_set_device_option
 @click.option("--sizes", type=_Sizes(), default=",".join(map(str, _DEFAULT_SIZES)), show_default=True,
               help="Matrix sides n (comma-separated): (n, n) @ (n, n) float32.")
 @_repeats_option
@@ -519,7 +623,7 @@ def bench_matmul(recipe: str | None, overrides: tuple[str, ...], sizes: tuple[in
 
 @bench.command("logging", context_settings=CONTEXT)
 @click.argument("recipe", type=click.Path(), required=False)
-@_set_option
+@_set_device_option
 @click.option("--steps", type=click.IntRange(min=1), default=1000, show_default=True, help="Matmuls per run.")
 @click.option("--size", type=_SIZE, default=100, show_default=True, help="Matrix side n (float32).")
 @_repeats_option
@@ -547,7 +651,7 @@ def bench_logging(recipe: str | None, overrides: tuple[str, ...], steps: int, si
 
 @bench.command("devices", context_settings=CONTEXT)
 @click.argument("recipe", type=click.Path(), required=False)
-@_set_option
+@_set_device_option
 @click.option("--size", type=_SIZE, default=2048, show_default=True, help="Matrix side n (float32).")
 @_repeats_option
 @_bench_json_option
