@@ -1088,7 +1088,10 @@ def test_ctrl_c_keeps_the_run_directory_and_exits_130(tmp_path):
         proc = subprocess.Popen(
             [sys.executable, "-m", "tfgpu.cli", "run", RECIPE, "--set", "train.epochs=50",
              "--set", "train.batch_size_per_replica=512", "--output-dir", str(runs)],
-            stdout=stdout, stderr=stderr, env=child_env(), cwd=ROOT)
+            stdout=stdout, stderr=stderr, env=child_env(), cwd=ROOT,
+            # Ctrl-C as a terminal sends it: a pytest started in the background ('&' without job control)
+            # passes SIGINT on ignored, and Python then raises no KeyboardInterrupt (the run would finish).
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         try:
             deadline = time.monotonic() + 180
             while time.monotonic() < deadline and proc.poll() is None:

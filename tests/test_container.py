@@ -195,10 +195,14 @@ def test_doctor_exits_0_on_a_cpu_host(image):
 
 
 def test_plan_shows_the_plan(image):
-    result = run_image("plan", "recipes/mnist.yaml")
+    result = run_image("plan", "recipes/mnist.yaml", "--set", "train.epochs=3", options=tuple(mounts()))
     assert result.returncode == 0, result.stderr[-3000:]
-    for line in ("Physical GPUs: none (CPU only)", "Strategy: ", "Replicas: 1; batch: "):
+    for line in ("Physical GPUs: none (CPU only)", "Strategy: ", "Replicas: 1; batch: ", "epochs: 3; loop: fit"):
         assert line in result.stdout, result.stdout
+    # plan checks the data files as run does: without the data mount it names the mount (exit 5), as run does
+    unmounted = run_image("plan", "recipes/mnist.yaml")
+    assert unmounted.returncode == 5, f"exit {unmounted.returncode}\n{unmounted.stdout}\n{unmounted.stderr[-3000:]}"
+    assert "/data is empty" in unmounted.stderr and "-v /path/to/data:/data" in unmounted.stderr, unmounted.stderr
 
 
 @pytest.mark.parametrize("user", [None, "4321:4321"], ids=["image-user", "--user"])
