@@ -320,7 +320,9 @@ def require_model(cfg: ModelConfig) -> None:
     if not cfg.defined:
         raise ConfigError(
             "model: the recipe defines no model (neither model.layers nor model.builder is set).",
-            "add model.layers (a list of Keras layers) or model.builder ('module:function').",
+            "add model.layers (a list of Keras layers) or model.builder ('module:function'); a config of device "
+            "settings for your own script (tfgpu.setup() or tfgpu launch, e.g. recipes/gpu.yaml) needs no model: "
+            "check it with 'tfgpu plan CONFIG --launch'.",
         )
 
 
