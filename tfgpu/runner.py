@@ -50,7 +50,7 @@ def run(recipe: Optional[str], overrides: Sequence[str] = (), output_dir: Option
 
     1. :func:`tfgpu.resume.request`: the config (a resumed run's own, checked
        against the settings its checkpoint was trained with);
-    2. :func:`check`: before TensorFlow starts, a model, a writable output
+    2. :func:`tfgpu.preflight.check`: before TensorFlow starts, a model, a writable output
        folder, TensorBoard, and the local data files;
     3. :func:`tfgpu.setup`: the devices and the strategy, TensorFlow's
        start-up lines held back below ``tensorflow.log_level``;
@@ -107,7 +107,7 @@ def _run(cfg: Config, recipe: Optional[str], resumed: Any, target: Optional[Path
     from . import _setup  # noqa: PLC0415  (tfgpu/__init__.py imports nothing from here)
 
     stop.doing = "checking the config and the data files"
-    source, check_seconds = check(cfg, target)
+    source, check_seconds = preflight.check(cfg, target)
     stop.doing = "starting TensorFlow"
     with stop.held():  # (an exception raised into TensorFlow's import aborts the process)
         info = _setup(cfg, keep_log=False)
@@ -140,7 +140,7 @@ def dry_run(recipe: Optional[str], overrides: Sequence[str] = (), output_dir: Op
     """``tfgpu run --dry-run``: :func:`run`'s steps 1-5, then stop; nothing is written.
 
     The config (with ``resume``: the run's own, checked against the settings
-    its checkpoint was trained with, as :func:`run` does), :func:`check`,
+    its checkpoint was trained with, as :func:`run` does), :func:`tfgpu.preflight.check`,
     :func:`tfgpu.setup` (TensorFlow starts with the plan's devices and
     strategy), :func:`tfgpu.data.load` (the data and its pipelines), and
     :class:`~tfgpu.trainer.Trainer` (the model, optimizer, loss and metrics
@@ -168,7 +168,7 @@ def dry_run(recipe: Optional[str], overrides: Sequence[str] = (), output_dir: Op
 
     extra = [f"output.dir={output_dir}"] if output_dir else []
     cfg, resumed, target = request(recipe, [*overrides, *extra], resume)
-    source, _ = check(cfg, target)
+    source, _ = preflight.check(cfg, target)
     if cfg.distribute.strategy == "multi_worker_mirrored":
         workers = resolve_cluster(cfg.distribute, os.environ).num_workers
         if workers > 1:
@@ -246,17 +246,6 @@ def _preempted(exc: Preempted, stop: ckpt.StopSignals, run_dir: Optional[Path]) 
 
 def _resume_hint(run_dir: Path) -> str:
     return f"continue with 'tfgpu run --resume {run_dir}' (exit code 75 means: run this job again)."
-
-
-def check(cfg: Config, target: Optional[Path]) -> tuple[Any, float]:
-    """What can be checked before TensorFlow starts (:func:`tfgpu.preflight.check`, which ``tfgpu plan`` runs
-    too): a model and its Keras names, the output folder (``target``'s parent when resuming), TensorBoard, and
-    the local data files; returns the data source and the seconds its check took.
-
-    Raises:
-        ConfigError, OutputError, DataError: before anything is written.
-    """
-    return preflight.check(cfg, target)
 
 
 def train(run_dir: RunDir, trainer: Trainer, resumed: Any) -> RunResult:
@@ -338,7 +327,7 @@ def run_workers(recipe: Optional[str], overrides: Sequence[str], output_dir: Opt
     cfg, overrides = load_for_workers(recipe, [*overrides, *extra], workers)
     if resuming:
         load_resumed(resume_dir, recipe, overrides)  # a changed setting is refused before any worker starts
-    check(cfg, resume_dir)
+    preflight.check(cfg, resume_dir)
     run_dir = RunDir.for_group(cfg, recipe, resume_dir)
     say(f"{workers} workers on 127.0.0.1 (MultiWorkerMirroredStrategy); run directory {run_dir.path}; "
         f"worker logs in {run_dir.path / 'workers'}")
