@@ -11,6 +11,7 @@ import importlib.util
 import inspect
 import os
 import sys
+from pathlib import Path
 from typing import Any, Callable
 
 from .errors import TfgpuError
@@ -19,6 +20,18 @@ from .errors import TfgpuError
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return (text.splitlines()[0].rstrip(".") if text else "") or type(exc).__name__
+
+
+def package_folders(name: str) -> list[Path]:
+    """The folders of the installed package ``name``, found by :func:`importlib.util.find_spec`
+    without importing it (``[]``: not installed, or not a package)."""
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return []
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    return [Path(folder) for folder in spec.submodule_search_locations]
 
 
 def _importable_cwd() -> None:

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import ast
 import functools
-import importlib.util
 from pathlib import Path
 from typing import Optional
+
+from .imports import package_folders
 
 #: kind -> (Keras package, its base class): the classes of a kind are the package's exported subclasses of the base.
 KINDS = {
@@ -36,13 +37,8 @@ NOT_SUBCLASSES = frozenset({"Input", "InputSpec", "OptimizerMap"})
 @functools.lru_cache(maxsize=None)
 def keras_root() -> Optional[Path]:
     """The installed ``keras`` package's folder (found, not imported), or ``None`` where there is none."""
-    try:
-        spec = importlib.util.find_spec("keras")
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(list(spec.submodule_search_locations)[0])
+    folders = package_folders("keras")
+    return folders[0] if folders else None
 
 
 @functools.lru_cache(maxsize=None)

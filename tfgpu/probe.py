@@ -18,7 +18,6 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import glob
-import importlib.util
 import json
 import os
 import shutil
@@ -32,6 +31,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from .cluster import SLURM_ENV
+from .imports import package_folders
 from .startup_log import FILTER_ENV
 
 #: Environment variables that change what TensorFlow sees or does; recorded by the probe.
@@ -572,13 +572,10 @@ def jax_fraction_env() -> Optional[str]:
     ``XLA_CLIENT_MEM_FRACTION`` where jaxlib knows that name (it also reads the deprecated
     ``XLA_PYTHON_CLIENT_MEM_FRACTION`` and refuses the two together), else ``XLA_PYTHON_CLIENT_MEM_FRACTION``;
     ``None`` without jaxlib."""
-    try:
-        spec = importlib.util.find_spec("jaxlib")
-    except (ImportError, ValueError):
+    folders = package_folders("jaxlib")
+    if not folders:
         return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    for folder in spec.submodule_search_locations:
+    for folder in folders:
         try:
             text = Path(folder, "xla_client.py").read_text(encoding="utf-8", errors="replace")
         except OSError:
