@@ -46,6 +46,17 @@ def one_paragraph(text: str) -> None:
     assert "Traceback (most recent call last)" not in text, text
 
 
+def recipe_with(tmp_path: Path, name: str, section: str, **values) -> Path:
+    """``recipes/<name>`` with ``values`` set in its ``section``, written to ``tmp_path/recipe.yaml``."""
+    import yaml  # noqa: PLC0415
+
+    cfg = yaml.safe_load((RECIPES / name).read_text())
+    cfg.setdefault(section, {}).update(values)
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return path
+
+
 def only_run_dir(parent: Path) -> Path:
     dirs = [p for p in parent.iterdir() if p.is_dir()]
     assert len(dirs) == 1, dirs
