@@ -851,7 +851,8 @@ def check_config(facts: Facts, config: Optional[Config]) -> list[Finding]:
     out = [Finding("config", "warning", title, w, plan_warning_fix(w)) for w in plan.warnings if w != reported]
     out.append(Finding("config", "ok", title,
                        f"{plan.strategy.kind} strategy on {', '.join(plan.strategy.devices) or 'the default device'}, "
-                       f"{plan.num_replicas} replica(s), global batch {plan.global_batch_size}"))
+                       f"{plan.num_replicas} replica(s), global batch {plan.global_batch_size}, precision "
+                       f"{plan.mixed_precision} ({plan.mixed_precision_reason})"))
     return out
 
 

@@ -23,7 +23,7 @@ from .cluster import expand_tasks_per_node, resolve_cluster
 from .config import Config, normalise_device
 from .errors import ConfigError, DeviceError
 from .planning import (ENV_ORDER, Plan, StrategyPlan, TfCall, assemble, keras_calls, memory_caps, mig_warning,
-                       visible_gpus)
+                       resolve_precision, visible_gpus)
 from .probe import GpuInfo, Probe
 
 __all__ = ["ENV_ORDER", "Plan", "StrategyPlan", "TfCall", "assemble", "keras_calls", "make_plan", "mig_warning",
@@ -374,7 +374,8 @@ def make_plan(config: Config, probe: Probe) -> Plan:
         calls.append(TfCall("tf.config.experimental.enable_op_determinism", None, None, "tensorflow.deterministic_ops"))
         if tfc.seed is None:
             warnings.append("tensorflow.deterministic_ops without tensorflow.seed: runs still differ; set a seed")
-    calls += keras_calls(config, bool(gpus), warnings)
+    precision = resolve_precision(tfc.mixed_precision, gpus, probe.cpu_flags)
+    calls += keras_calls(config, bool(gpus), warnings, precision[0])
 
     gpu_count = len(gpus) * dev.gpu_logical_devices
     cpu_count = dev.cpu_logical_devices
@@ -396,7 +397,7 @@ def make_plan(config: Config, probe: Probe) -> Plan:
     jit = resolve_jit(tfc.jit_compile, any(d.startswith("/gpu") for d in strategy.devices) or (
         not strategy.devices and bool(gpu_count)), strategy.kind, tfc.deterministic_ops)
     return assemble(config, {k: env[k] for k in ENV_ORDER if k in env}, calls, gpus, logical, strategy, replicas,
-                    jit, warnings, notes=tuple(notes))
+                    jit, warnings, precision=precision, notes=tuple(notes))
 
 
 

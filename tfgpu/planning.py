@@ -100,7 +100,9 @@ class Plan:
         jit_compile: whether each replica's training step is compiled with
             XLA (``tensorflow.jit_compile``, ``auto`` resolved by :func:`resolve_jit`).
         jit_compile_reason: why, in words (also written to ``summary.json``).
-        mixed_precision: the Keras dtype policy name.
+        mixed_precision: the Keras dtype policy name (``tensorflow.mixed_precision``,
+            ``auto`` resolved by :func:`resolve_precision`).
+        mixed_precision_reason: why, in words (also written to ``summary.json``).
         warnings: things that work but are probably not what was meant.
         notes: things worth knowing that are as meant (``tfgpu plan`` prints them; ``tfgpu run`` does
             not), e.g. a GPU memory setting on a machine with no GPU.
@@ -123,6 +125,7 @@ class Plan:
     jit_compile: bool
     jit_compile_reason: str
     mixed_precision: str
+    mixed_precision_reason: str = ""
     warnings: tuple[str, ...] = field(default=())
     backend: str = "tensorflow"
     notes: tuple[str, ...] = field(default=())
@@ -183,8 +186,8 @@ class Plan:
         )
         if self.lr_scaling != "none":
             lines.append(f"Learning rate: x{self.lr_scale:g} ({self.lr_scaling} scaling)")
-        lines.append(f"XLA: {'on' if self.jit_compile else 'off'} ({self.jit_compile_reason}); "
-                     f"precision: {self.mixed_precision}")
+        lines.append(f"XLA: {'on' if self.jit_compile else 'off'} ({self.jit_compile_reason})")
+        lines.append(f"Precision: {self.mixed_precision} ({self.mixed_precision_reason})")
         for w in self.warnings:
             lines.append(f"Warning: {w}")
         for n in self.notes:
@@ -250,25 +253,114 @@ def mig_warning(probe: Probe, gpus: list[GpuInfo]) -> Optional[str]:
     )
 
 
-def keras_calls(config: Config, on_gpus: bool, warnings: list[str]) -> list[TfCall]:
+#: GPUs of this compute capability and above have bfloat16 tensor cores (NVIDIA Ampere, sm_80, and later).
+BF16_CAPABILITY = (8, 0)
+#: ... and of this one and above float16 tensor cores (Volta, sm_70, and Turing, sm_75).
+FP16_CAPABILITY = (7, 0)
+#: The CPU flags that mean bfloat16 matrix instructions (Intel Cooper Lake / AMD Zen 4 and later; Intel AMX).
+BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
+#: What ``auto`` measured on a CPU with avx512_bf16 (docs/benchmarks.md, "Mixed precision").
+CPU_BF16_MEASURED = "measured: 1.1-2.1x float32's samples/s at its accuracy, seed CNN, 2-core AVX512-BF16 CPU"
+
+
+def _capability(gpu: GpuInfo) -> Optional[tuple[int, int]]:
+    try:
+        major, minor = (gpu.compute_capability or "").split(".")
+        return int(major), int(minor)
+    except ValueError:
+        return None
+
+
+def resolve_precision(setting: str, gpus: list[GpuInfo], cpu_flags: Optional[tuple[str, ...]]) -> tuple[str, str]:
+    """Resolve ``tensorflow.mixed_precision`` for the machine: ``(Keras dtype policy, reason)``.
+
+    ``auto`` reads the probe only (NVML's compute capabilities, ``/proc/cpuinfo``'s
+    flags), never TensorFlow:
+
+    1. A policy that is set is kept.
+    2. GPUs visible (after ``devices.visible_gpus``): the lowest compute
+       capability decides (the replicas run in lockstep, so all use one
+       policy): >= 8.0 ``mixed_bfloat16`` (bfloat16 tensor cores, float32's
+       range, no loss scaling); 7.x ``mixed_float16`` (float16 tensor cores;
+       Keras scales the loss: ``compile`` wraps the optimizer in a
+       ``LossScaleOptimizer``, and so does tfgpu's custom loop); below 7.0, or
+       a capability NVML did not report, ``float32``.
+    3. No GPU: ``mixed_bfloat16`` on a CPU with ``avx512_bf16`` or
+       ``amx_bf16`` (oneDNN's bfloat16 kernels on TensorFlow, XLA's on JAX;
+       both measured faster at float32's accuracy, docs/benchmarks.md), else
+       ``float32``.
+
+    The same rule holds for ``backend: jax`` (Keras's dtype policies and its
+    loss scaling in ``compile`` work on every backend).
+
+    Args:
+        setting: ``"auto"``, ``"float32"``, ``"mixed_float16"`` or ``"mixed_bfloat16"``.
+        gpus: the GPUs the run will use.
+        cpu_flags: :attr:`tfgpu.probe.Probe.cpu_flags` (``None``: unknown).
+
+    Returns:
+        ``(policy, reason)``: the policy name for ``set_global_policy`` and why, in words.
+
+    Wraps: ``keras.mixed_precision.set_global_policy``
+    (https://keras.io/api/mixed_precision/policy/; guide:
+    https://www.tensorflow.org/guide/mixed_precision).
+    """
+    # 1. Set explicitly.
+    if setting != "auto":
+        return setting, f"tensorflow.mixed_precision: {setting}"
+    # 2. GPUs: the lowest compute capability decides.
+    if gpus:
+        unknown = [g for g in gpus if _capability(g) is None]
+        if unknown:
+            return "float32", (f"auto: float32, NVML did not report GPU:{gpus.index(unknown[0])}'s compute "
+                               "capability (mixed precision needs >= 7.0)")
+        low = min(gpus, key=lambda g: _capability(g) or (0, 0))
+        cc = _capability(low) or (0, 0)
+        which = (f"{low.name} has compute capability {low.compute_capability}" if len(gpus) == 1 else
+                 f"the lowest compute capability of the {len(gpus)} GPUs is {low.compute_capability} "
+                 f"(GPU:{gpus.index(low)} {low.name})")
+        if cc >= BF16_CAPABILITY:
+            return "mixed_bfloat16", (f"auto: mixed_bfloat16, {which}, >= 8.0: bfloat16 tensor cores, float32's "
+                                      "range, no loss scaling")
+        if cc >= FP16_CAPABILITY:
+            return "mixed_float16", (f"auto: mixed_float16, {which}, 7.x: float16 tensor cores (bfloat16 needs "
+                                     ">= 8.0); the loss is scaled (LossScaleOptimizer)")
+        return "float32", (f"auto: float32, {which}, below 7.0: no tensor cores, so mixed precision would not be "
+                           "faster")
+    # 3. The CPU: bfloat16 instructions or not.
+    if cpu_flags is None:
+        return "float32", ("auto: float32 on a CPU whose flags are unknown (no /proc/cpuinfo, or a machine "
+                           "file without cpu_flags)")
+    have = [f for f in BF16_CPU_FLAGS if f in cpu_flags]
+    if have:
+        return "mixed_bfloat16", f"auto: mixed_bfloat16 on a CPU with {' and '.join(have)} ({CPU_BF16_MEASURED})"
+    return "float32", "auto: float32 on a CPU without avx512_bf16 or amx_bf16 (bfloat16 would be emulated, slower)"
+
+
+def keras_calls(config: Config, on_gpus: bool, warnings: list[str], policy: Optional[str] = None) -> list[TfCall]:
     """The Keras calls both backends make: the seed (``keras.utils.set_random_seed``) and the dtype policy
-    (``keras.mixed_precision.set_global_policy``)."""
+    (``keras.mixed_precision.set_global_policy``) ``policy``, resolved by :func:`resolve_precision`
+    (default: ``tensorflow.mixed_precision`` as set)."""
     tfc = config.tensorflow
+    policy = policy or tfc.mixed_precision
     calls = []
     if tfc.seed is not None:
         calls.append(TfCall("keras.utils.set_random_seed", None, tfc.seed, "tensorflow.seed"))
-    calls.append(TfCall("keras.mixed_precision.set_global_policy", None, tfc.mixed_precision,
+    calls.append(TfCall("keras.mixed_precision.set_global_policy", None, policy,
                         "tensorflow.mixed_precision"))
-    if tfc.mixed_precision == "mixed_float16" and not on_gpus:
+    if policy == "mixed_float16" and not on_gpus:
         warnings.append("mixed_float16 on CPU is slow (CPUs compute float16 in software); use float32 or mixed_bfloat16")
     return calls
 
 
 def assemble(config: Config, env: dict[str, str], calls: list[TfCall], gpus: list[GpuInfo],
              logical: tuple[str, ...], strategy: StrategyPlan, replicas: int, jit: tuple[bool, str],
-             warnings: list[str], **extra: Any) -> Plan:
+             warnings: list[str], precision: Optional[tuple[str, str]] = None, **extra: Any) -> Plan:
     """The :class:`Plan` of a backend's parts: the batch sizes and learning-rate scale follow from
-    ``replicas``; GPUs are renumbered as the process will see them; ``extra``: ``backend``, ``env_settings``."""
+    ``replicas``; GPUs are renumbered as the process will see them; ``precision``: ``(policy, reason)`` from
+    :func:`resolve_precision` (default: the setting as given); ``extra``: ``backend``, ``env_settings``."""
+    if precision is None:
+        precision = resolve_precision(config.tensorflow.mixed_precision, gpus, None)
     per_replica = config.train.batch_size_per_replica
     scale = {"none": 1.0, "linear": float(replicas), "sqrt": math.sqrt(replicas)}[config.train.lr_scaling]
     return Plan(
@@ -284,7 +376,8 @@ def assemble(config: Config, env: dict[str, str], calls: list[TfCall], gpus: lis
         lr_scale=scale,
         jit_compile=jit[0],
         jit_compile_reason=jit[1],
-        mixed_precision=config.tensorflow.mixed_precision,
+        mixed_precision=precision[0],
+        mixed_precision_reason=precision[1],
         warnings=tuple(warnings),
         **extra,
     )

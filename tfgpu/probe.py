@@ -70,6 +70,12 @@ PACKAGES = (
     "jax", "jaxlib", "jax-cuda12-plugin", "jax-cuda12-pjrt", "jax-cuda13-plugin", "jax-cuda13-pjrt",
 )
 
+#: CPU flags the probe records (of ``/proc/cpuinfo``'s ``flags``): ``avx512_bf16`` and ``amx_bf16``
+#: are the bfloat16 instructions ``tensorflow.mixed_precision: auto`` looks for
+#: (:func:`tfgpu.planning.resolve_precision`); the others say what else the CPU computes fast.
+CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16",
+             "amx_fp16")
+
 #: TensorFlow's distributions (any one of them provides ``import tensorflow``).
 TENSORFLOW_PACKAGES = ("tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tensorflow-intel", "tensorflow-macos",
                        "tf-nightly", "tf-nightly-cpu")
@@ -169,6 +175,13 @@ class Probe:
             source without importing it; ``None`` without jaxlib.
         shm_mib: the size of ``/dev/shm`` in MiB (:func:`shm_size_mib`), where
             NCCL makes its shared-memory segments; ``None`` where there is none.
+        cpu_model: the CPU's ``model name`` from ``/proc/cpuinfo``, or ``None``.
+        cpu_flags: which of :data:`CPU_FLAGS` the CPU has (``/proc/cpuinfo``'s
+            ``flags``, :func:`read_cpu`), e.g. ``("avx512f", "avx512_bf16")``;
+            ``None`` where they could not be read (no ``/proc/cpuinfo``, or a
+            machine file written before tfgpu recorded them).
+            ``tensorflow.mixed_precision: auto`` reads them; a machine file
+            (``tfgpu plan --machine FILE``) fakes them.
     """
 
     gpus: tuple[GpuInfo, ...] = ()
@@ -185,6 +198,8 @@ class Probe:
     wsl: bool = False
     jax_memory_fraction_env: Optional[str] = None
     shm_mib: Optional[int] = None
+    cpu_model: Optional[str] = None
+    cpu_flags: Optional[tuple[str, ...]] = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -551,7 +566,36 @@ def probe(nvml: Any = None) -> Probe:
         wsl=_is_wsl(),
         jax_memory_fraction_env=jax_fraction_env(),
         shm_mib=shm_size_mib(),
+        **dict(zip(("cpu_model", "cpu_flags"), read_cpu())),
     )
+
+
+def read_cpu(path: str = "/proc/cpuinfo") -> tuple[Optional[str], Optional[tuple[str, ...]]]:
+    """The first processor's ``model name`` and which of :data:`CPU_FLAGS` it has, from ``/proc/cpuinfo``.
+
+    Args:
+        path: the file to read (Linux's ``/proc/cpuinfo`` format).
+
+    Returns:
+        ``(model name or None, flags in CPU_FLAGS's order)``, or ``(None, None)``
+        where the file cannot be read or has no ``flags`` line (macOS, Windows).
+    """
+    model, flags = None, None
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key == "model name" and model is None:
+                    model = value.strip()
+                elif key == "flags" and flags is None:
+                    have = set(value.split())
+                    flags = tuple(flag for flag in CPU_FLAGS if flag in have)
+                if model is not None and flags is not None:
+                    break
+    except OSError:
+        return None, None
+    return model, flags
 
 
 def shm_size_mib(path: str = "/dev/shm") -> Optional[int]:

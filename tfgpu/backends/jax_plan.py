@@ -18,7 +18,8 @@ from typing import Callable, Optional
 
 from ..config import Config, normalise_device
 from ..errors import DeviceError
-from ..planning import Plan, StrategyPlan, TfCall, assemble, keras_calls, memory_caps, mig_warning, visible_gpus
+from ..planning import (Plan, StrategyPlan, TfCall, assemble, keras_calls, memory_caps, mig_warning,
+                        resolve_precision, visible_gpus)
 from ..probe import GpuInfo, Probe
 
 #: Keys of a JAX plan's environment, in the order they are set.
@@ -193,7 +194,8 @@ def make_jax_plan(config: Config, probe: Probe) -> Plan:
     counted = _flag(flags, CPU_COUNT_FLAG)
     cpu_count = int(counted) if counted and re.fullmatch(r"\d+", counted) and int(counted) > 0 else 1
 
-    calls = keras_calls(config, bool(gpus), warnings)
+    precision = resolve_precision(tfc.mixed_precision, gpus, probe.cpu_flags)
+    calls = keras_calls(config, bool(gpus), warnings, precision[0])
 
     everything, chosen = _devices(config, gpus, cpu_count)
     if dist.strategy == "default":
@@ -220,5 +222,5 @@ def make_jax_plan(config: Config, probe: Probe) -> Plan:
     else:
         jit = (True, JIT_REASON)
     return assemble(config, {k: env[k] for k in JAX_ENV_ORDER if k in env}, calls, gpus, everything, strategy,
-                    replicas, jit, warnings, backend="jax", notes=tuple(notes),
+                    replicas, jit, warnings, precision=precision, backend="jax", notes=tuple(notes),
                     env_settings={k: why[k] for k in JAX_ENV_ORDER if k in env})
