@@ -594,7 +594,8 @@ def checkpoint_callback(files: Any, plan: SavePlan, stop: Optional[StopSignals] 
 
         def on_epoch_end(self, epoch: int, logs: Optional[dict] = None) -> None:
             due = self.next_steps is not None and (epoch + 1) * steps_per_epoch >= self.next_steps
-            if (epoch + 1) % every_epochs == 0 or epoch + 1 == epochs or due:
+            # model.stop_training: a callback (train.early_stopping) ends the run here: its last epoch is saved.
+            if (epoch + 1) % every_epochs == 0 or epoch + 1 == epochs or due or self.model.stop_training:
                 self._save(epoch + 1, 0, "epoch")
             if epoch + 1 < epochs:
                 self._check_stop(epoch + 1, 0)

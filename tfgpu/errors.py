@@ -38,6 +38,7 @@ Exit codes (also in the README):
 
 from __future__ import annotations
 
+import re
 import signal
 
 #: What tfgpu's own exit codes mean (the table above); a worker that exits with one passes it on.
@@ -205,3 +206,17 @@ class WorkerError(TfgpuError):
     def __init__(self, message: str, hint: str = "", exit_code: int = 10) -> None:
         super().__init__(message, hint)
         self.exit_code = exit_code
+
+def gist(exc: BaseException) -> str:
+    """The gist of an exception's message: TensorFlow's graph errors end with the real one."""
+    lines = [line.strip() for line in re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).splitlines() if line.strip()]
+    if not lines:
+        return type(exc).__name__
+    if "in user code:" in str(exc):
+        text = lines[-1]
+    elif lines[0].startswith("Exception encountered when calling") and len(lines) > 1:
+        text = lines[1]  # Keras: the layer's own message follows
+    else:
+        text = lines[0]
+    text = text.rstrip(".")
+    return text if len(text) <= 500 else text[:497] + "..."

@@ -78,6 +78,9 @@ def evaluate_run(run_dir: str, overrides: Sequence[str] = (), splits: Sequence[s
 
     import keras  # noqa: PLC0415
 
+    from .schedules import warmup_class  # noqa: PLC0415
+
+    warmup_class()  # registers tfgpu>Warmup, which a model trained with train.lr_schedule holds
     with info.scope():
         try:
             model = keras.models.load_model(folder / "model.keras")

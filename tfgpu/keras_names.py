@@ -27,6 +27,7 @@ KINDS = {
     "metric": ("keras.metrics", "Metric"),
     "schedule": ("keras.optimizers.schedules", "LearningRateSchedule"),
     "callback": ("keras.callbacks", "Callback"),
+    "application": ("keras.applications", "Model"),  # functions returning a keras.Model (ResNet50, ...)
 }
 
 #: Capitalised names the packages export that are not subclasses of the kind's base (Keras 3.15): a function
@@ -71,7 +72,7 @@ def exported(package: str) -> Optional[dict[str, str]]:
 
 def class_names(kind: str) -> Optional[list[str]]:
     """The class names of ``kind`` (``"layer"``, ``"optimizer"``, ``"loss"``, ``"metric"``, ``"schedule"``,
-    ``"callback"``) that Keras exports, sorted; ``None`` where they cannot be read (:func:`exported`).
+    ``"callback"``, ``"application"``) that Keras exports, sorted; ``None`` where they cannot be read (:func:`exported`).
 
     A class is an exported capitalised name other than the base class itself and
     :data:`NOT_SUBCLASSES`; lower-case names are Keras's functions (``keras.losses.mse``).

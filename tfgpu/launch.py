@@ -39,6 +39,7 @@ from typing import Any, Callable, Optional, Sequence, TextIO
 
 from .cluster import local_cluster, tf_config
 from .errors import EXIT_CODES, ConfigError, WorkerError, worker_exit_code
+from .transfer import check_workers
 
 #: In each child's environment: the supervisor's pid (set by :meth:`Supervisor.start`, read by :func:`die_with_parent`).
 PARENT_ENV = "TFGPU_SUPERVISOR_PID"
@@ -54,7 +55,8 @@ def multi_worker_overrides(cfg: Any, workers: int) -> list[str]:
     ``multi_worker_mirrored`` (MirroredStrategy across machines).
 
     Raises:
-        ConfigError: a single-device strategy, or an explicit ``distribute.cluster``.
+        ConfigError: a single-device strategy, ``train.unfreeze`` (:func:`tfgpu.transfer.check_workers`), or an
+            explicit ``distribute.cluster``.
     """
     strategy = cfg.distribute.strategy
     if strategy in ("one_device", "default"):
@@ -62,6 +64,7 @@ def multi_worker_overrides(cfg: Any, workers: int) -> list[str]:
             f"--workers {workers} with distribute.strategy: {strategy} (received {strategy}): that strategy trains "
             "one replica in one process, so the other workers would have nothing to do.",
             "set distribute.strategy to mirrored, multi_worker_mirrored or auto, or drop --workers.")
+    check_workers(cfg, workers)  # train.unfreeze
     if cfg.distribute.cluster is not None:
         raise ConfigError(
             f"--workers {workers} with distribute.cluster set (received {len(cfg.distribute.cluster.workers)} "

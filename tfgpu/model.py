@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Optional
 
 from .config import ModelConfig
-from .errors import ConfigError
+from .errors import ConfigError, gist
 from .imports import import_function, keyword_arguments
 
 
@@ -129,15 +129,27 @@ def _construct(key: str, cls: type, args: dict[str, Any]) -> Any:
         ) from None
 
 
-def make_optimizer(spec: Any, lr_scale: float = 1.0) -> tuple[Any, float]:
-    """Build the optimizer; scale its learning rate by ``lr_scale``.
+def make_optimizer(spec: Any, lr_scale: float = 1.0, lr_schedule: Optional[dict[str, Any]] = None,
+                   steps: tuple[int, int] = (1, 1)) -> tuple[Any, float]:
+    """Build the optimizer; scale its learning rate by ``lr_scale``; give it ``train.lr_schedule``.
+
+    Args:
+        spec: ``model.optimizer``. Its ``learning_rate`` may also be a Keras
+            schedule by class name, ``{CosineDecay: {initial_learning_rate: ..,
+            decay_steps: ..}}`` (used as given: no scaling, no ``train.lr_schedule``).
+        lr_scale: the ``train.lr_scaling`` factor.
+        lr_schedule: ``train.lr_schedule`` as the schema checked it, or ``None`` (a constant rate).
+        steps: ``(epochs, steps_per_epoch)``: the run's length, which the schedule spans.
 
     Returns:
-        ``(optimizer, learning_rate)``; the rate is the scaled float value.
+        ``(optimizer, learning_rate)``; the rate is the scaled float value (a
+        schedule's peak), ``nan`` for a user's own schedule.
 
     Raises:
-        ConfigError: unknown optimizer, bad arguments, or scaling asked for a
-            learning-rate schedule.
+        ConfigError: unknown optimizer or schedule, bad arguments, or scaling
+            or ``train.lr_schedule`` asked for a schedule given in ``model.optimizer``.
+
+    Wraps: https://keras.io/api/optimizers/ and https://keras.io/api/optimizers/learning_rate_schedules/
     """
     keras = _keras()
     cls, args = _resolve("model.optimizer", "optimizer", spec, keras.optimizers, keras.optimizers.Optimizer)
@@ -164,13 +176,38 @@ def make_optimizer(spec: Any, lr_scale: float = 1.0) -> tuple[Any, float]:
                 f"write {float(base)!r}, or with a dot and a sign, e.g. 1.0e-3 or 1.0e+2.",
             )
     if not isinstance(base, (int, float)):
-        if lr_scale != 1.0:
+        if lr_scale != 1.0 or lr_schedule is not None:
             raise ConfigError(
-                "train.lr_scaling: the learning rate is a schedule, which tfgpu cannot scale.",
-                "set train.lr_scaling: none and scale the schedule yourself.",
+                "model.optimizer: the learning rate is a schedule, which tfgpu cannot scale"
+                + (" (train.lr_scaling)" if lr_scale != 1.0 else "") + " or combine with train.lr_schedule.",
+                "give model.optimizer a number as learning_rate and the schedule as train.lr_schedule "
+                "(e.g. {name: cosine, warmup_epochs: 2}), which scales and warms it up; or set "
+                "train.lr_scaling: none and remove train.lr_schedule.",
             )
+        if isinstance(base, dict) and len(base) == 1:  # {CosineDecay: {...}}: a Keras schedule by class name
+            from .schedules import class_of  # noqa: PLC0415
+
+            (name, sargs), = base.items()
+            try:
+                sname = class_of(str(name))
+            except ValueError as exc:
+                raise ConfigError(f"model.optimizer: learning_rate: {exc}.",
+                                  "name a keras.optimizers.schedules class, e.g. {CosineDecay: "
+                                  "{initial_learning_rate: 0.001, decay_steps: 1000}}.") from None
+            if sname is None or not isinstance(sargs, dict):
+                raise ConfigError(f"model.optimizer: learning_rate: {{{name}: ...}} is not a Keras schedule with "
+                                  "its arguments.", "write e.g. {CosineDecay: {initial_learning_rate: 0.001, "
+                                  "decay_steps: 1000}}, or use train.lr_schedule.")
+            schedule = _construct("model.optimizer.learning_rate",
+                                  getattr(keras.optimizers.schedules, sname), dict(sargs))
+            return _construct("model.optimizer", cls, {**args, "learning_rate": schedule}), float("nan")
         return _construct("model.optimizer", cls, args), float("nan")
     rate = float(base) * lr_scale
+    if lr_schedule is not None:
+        from .schedules import keras_schedule, resolve  # noqa: PLC0415
+
+        sched = resolve(lr_schedule, float(base), lr_scale, *steps)
+        return _construct("model.optimizer", cls, {**args, "learning_rate": keras_schedule(sched)}), rate
     return _construct("model.optimizer", cls, {**args, "learning_rate": rate}), rate
 
 
@@ -366,7 +403,8 @@ def target_of(task: str, num_classes: Optional[int], target_shape: tuple[int, ..
 
 
 def build_model(cfg: ModelConfig, input_shape: tuple[int, ...], target: Target,
-                normalization: Optional[tuple[Any, Any]] = None) -> Any:
+                normalization: Optional[tuple[Any, Any]] = None, pixel_factor: float = 255.0,
+                augment_layers: Optional[list] = None) -> Any:
     """Build the (uncompiled) Keras model; call inside ``strategy.scope()``.
 
     Args:
@@ -376,6 +414,10 @@ def build_model(cfg: ModelConfig, input_shape: tuple[int, ...], target: Target,
         normalization: ``(mean, variance)`` per feature (the last input axis):
             a ``keras.layers.Normalization`` with them is put at the model's
             input (``data.normalize``), so the saved model takes raw features.
+        pixel_factor: with ``model.application``: the factor that brings the
+            inputs back to pixels in [0, 255] (:func:`tfgpu.backbone.pixel_factor`).
+        augment_layers: ``data.augment`` with ``augment_on: model`` (:func:`tfgpu.data.augment.model_layers`):
+            put before the model (a functional model wrapping it), active in training only.
 
     Returns:
         A ``keras.Model`` mapping float32 ``(batch, *input_shape)`` to
@@ -390,10 +432,33 @@ def build_model(cfg: ModelConfig, input_shape: tuple[int, ...], target: Target,
     """
     keras = _keras()
     require_model(cfg)
+    if augment_layers:  # data.augment, augment_on: model: the layers, then the model built for their output
+        inputs = x = keras.Input(shape=input_shape)
+        for layer in augment_layers:
+            x = layer(x)
+        inner = build_model(cfg, tuple(x.shape[1:]), target, normalization, pixel_factor)
+        return keras.Model(inputs, inner(x), name=inner.name)
     units = target.units
     norm = (keras.layers.Normalization(axis=-1, mean=normalization[0], variance=normalization[1], name="normalize")
             if normalization is not None else None)
-    if cfg.builder:
+    if cfg.application is not None:  # tfgpu.backbone: the application, then model.layers as the head
+        from .backbone import build as build_backbone, head_layer  # noqa: PLC0415
+
+        inputs, x = build_backbone(cfg.application, input_shape, pixel_factor)
+        head = ([_layer(i, item) for i, item in enumerate(cfg.layers)] if cfg.layers is not None
+                else [head_layer(keras, target, loss_family(cfg.loss))])
+        try:
+            for layer in head:
+                x = layer(x)
+        except Exception as exc:  # Keras raises ValueError and others for shapes that do not fit
+            raise ConfigError(
+                f"model.layers: the head does not fit the {cfg.application.name} features of shape "
+                f"{tuple(x.shape)}: {gist(exc)}.",
+                "with application.pooling: null the features are a feature map: add Flatten or "
+                "GlobalAveragePooling2D before Dense.",
+            ) from None
+        model = keras.Model(inputs, x, name=f"{cfg.application.name.lower()}_transfer")
+    elif cfg.builder:
         model = _from_builder(cfg, input_shape, target.num_classes)
         if norm is not None:
             inputs = keras.Input(shape=input_shape)
@@ -484,19 +549,6 @@ def check_fits(model: Any, loss_spec: Any, metric_specs: list[Any], x: Any, y: A
             ) from None
 
 
-def gist(exc: BaseException) -> str:
-    """The gist of an exception's message: TensorFlow's graph errors end with the real one."""
-    lines = [line.strip() for line in re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).splitlines() if line.strip()]
-    if not lines:
-        return type(exc).__name__
-    if "in user code:" in str(exc):
-        text = lines[-1]
-    elif lines[0].startswith("Exception encountered when calling") and len(lines) > 1:
-        text = lines[1]  # Keras: the layer's own message follows
-    else:
-        text = lines[0]
-    text = text.rstrip(".")
-    return text if len(text) <= 500 else text[:497] + "..."
 
 
 def describe_model(model: Any) -> dict[str, Any]:

@@ -17,12 +17,15 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
+from . import backbone, transfer
 from .config import Config
 from .data import Source, source_for
 from .errors import ConfigError
 from .imports import find_module
+from .callbacks import check as check_callbacks
 from .model import check_names, require_model
 from .results import check_parent, check_tensorboard
+from .schedules import check_optimizer_rate, for_plan
 
 
 def check(cfg: Config, target: Optional[Path] = None, files: bool = True) -> tuple[Optional[Source], float]:
@@ -41,15 +44,20 @@ def check(cfg: Config, target: Optional[Path] = None, files: bool = True) -> tup
 
     Raises:
         ConfigError: no model, an unknown Keras name (with the closest one), a
-            ``model.builder`` module that cannot be found, or TensorBoard
+            ``model.builder`` module that cannot be found, a ``train.callbacks``
+            name or module that is not there (:func:`tfgpu.callbacks.check`), or TensorBoard
             wanted but not installed (exit 3).
         OutputError: no run directory can be created under ``output.dir`` (8).
         DataError: a local data file or folder is missing, unreadable or malformed (5).
     """
     require_model(cfg.model)
     check_names(cfg.model)
+    check_optimizer_rate(cfg.model.optimizer, cfg.train.lr_schedule)  # learning_rate: {CosineDecay: {...}}
+    backbone.check(cfg)  # model.application: the name, a weights file
+    transfer.check(cfg, resuming=target is not None)  # model.init_from (a run with a model), model.freeze, train.unfreeze
     if cfg.model.builder:
         find_module(cfg.model.builder, "model.builder", ConfigError)
+    check_callbacks(cfg)
     if files:
         check_parent(cfg.output.dir if target is None else str(target.parent))
     check_tensorboard(cfg.output.tensorboard)
@@ -99,9 +107,28 @@ def describe_run(cfg: Config, plan: Any) -> dict[str, Any]:
                  if v is not None})
     model: dict[str, Any] = ({"builder": m.builder, "builder_args": m.builder_args} if m.builder
                              else {"layers": [_layer_name(x) for x in m.layers or []]})
+    if m.application is not None:  # tfgpu.backbone: the application, then the head
+        model["application"] = {"name": m.application.name, "weights": m.application.weights}
+    model.update({k: v for k, v in (("init_from", m.init_from), ("freeze", m.freeze)) if v})
     model.update(loss=m.loss, optimizer=m.optimizer, metrics=list(m.metrics))
     train = {"epochs": t.epochs, "loop": t.loop, "batch_size_per_replica": plan.batch_size_per_replica,
              "num_replicas": plan.num_replicas, "global_batch_size": plan.global_batch_size}
+    train["lr_schedule"] = for_plan(t.lr_schedule, m.optimizer, plan.lr_scale, t.epochs)
+    if t.lr_schedule is None and plan.lr_scale > 1:
+        train["lr_schedule"] = {"name": None,
+                                "line": f"learning rate: constant x{plan.lr_scale:g} from the first step, no warmup"
+                                " (train.lr_schedule: constant warms up from the unscaled rate, as Goyal et al. 2017 "
+                                "advise for a scaled rate)"}
+    if d.augment:  # tfgpu.data.augment
+        data["augment"] = {"layers": [_layer_name(x) for x in d.augment], "on": d.augment_on}
+    if t.class_weight is not None:  # tfgpu.data.weights
+        train["class_weight"] = t.class_weight
+    if t.early_stopping is not None:  # tfgpu.callbacks
+        train["early_stopping"] = t.early_stopping.model_dump()
+    if t.callbacks:
+        train["callbacks"] = [_layer_name(x) for x in t.callbacks]
+    if t.unfreeze is not None:  # tfgpu.transfer
+        train["unfreeze"] = t.unfreeze.model_dump()
     return {"data": data, "model": model, "train": train}
 
 
@@ -120,6 +147,12 @@ def describe_lines(run: dict[str, Any]) -> list[str]:
         validation = "the source's own validation split, if any"
     layers = (f"builder {model['builder']}" if model.get("builder")
               else f"{len(model['layers'])} layers: {', '.join(model['layers'])}")
+    if model.get("application"):
+        app = model["application"]
+        layers = (f"keras.applications.{app['name']} (weights: {app['weights']}), then "
+                  + (f"the head: {', '.join(model['layers'])}" if model["layers"] else "a Dense head that fits the data"))
+    if model.get("init_from") or model.get("freeze"):
+        layers += "".join(f"; {k}: {model[k]}" for k in ("init_from", "freeze") if model.get(k))
     metrics = ", ".join(_spec(x) for x in model["metrics"]) or "none"
     replicas = train["num_replicas"]
     return [
@@ -130,4 +163,27 @@ def describe_lines(run: dict[str, Any]) -> list[str]:
         f"  loss: {_spec(model['loss'])}; optimizer: {_spec(model['optimizer'])}; metrics: {metrics}",
         f"  epochs: {train['epochs']}; loop: {train['loop']}; batch: {train['batch_size_per_replica']} per "
         f"replica x {replicas} replica{'s' if replicas != 1 else ''} = {train['global_batch_size']} global",
+        *([f"  {train['lr_schedule']['line']}"] if train.get("lr_schedule") else []),
+        *_training_lines(data, train),
     ]
+
+
+def _training_lines(data: dict[str, Any], train: dict[str, Any]) -> list[str]:
+    """The run block's lines for augmentation, class weights, early stopping, callbacks and the unfreeze."""
+    lines = []
+    if data.get("augment"):
+        aug = data["augment"]
+        lines.append(f"  augmentation: {', '.join(aug['layers'])} on training batches only, "
+                     + ("in the tf.data pipeline (CPU)" if aug["on"] == "pipeline" else "in the model"))
+    if train.get("class_weight") is not None:
+        lines.append(f"  class weights: {train['class_weight']} (training loss only)")
+    if train.get("early_stopping"):
+        es = train["early_stopping"]
+        lines.append(f"  early stopping: {es['monitor']} ({es['mode']}), patience {es['patience']}"
+                     + (", the best epoch's weights kept" if es.get("restore_best_weights") else ""))
+    if train.get("callbacks"):
+        lines.append(f"  callbacks: {', '.join(train['callbacks'])}")
+    if train.get("unfreeze"):
+        uf = train["unfreeze"]
+        lines.append(f"  unfreeze: at epoch {uf['epoch']}, learning rate x{uf['learning_rate_factor']:g}")
+    return lines

@@ -49,7 +49,7 @@ from . import checkpoint as ckpt
 from .config import Config
 from .errors import DiskFull, Interrupted, OutputError, Preempted, TfgpuError, TrainingError
 from .loops import Epochs
-from .model import gist
+from .errors import gist
 from .results import (CONFIG_FILE, create_run_dir, disk_full, disk_full_error, failed_file, open_run_dir,
                       process_record, remove_quietly, write_atomic, write_config, write_json)
 from .resume import RUN_DIR_ENV, Resumed, keep_metrics, restart_record

@@ -124,7 +124,8 @@ def _run(cfg: Config, recipe: Optional[str], resumed: Any, target: Optional[Path
     if resumed is not None:
         check_same_shape(resumed.summary, info, pipes.steps_per_epoch)
     stop.doing = "building the model"
-    trainer = Trainer(cfg, info, data, pipes)
+    # a resumed run with a checkpoint restores it: model.init_from is not applied again (tfgpu.transfer)
+    trainer = Trainer(cfg, info, data, pipes, restoring=resumed.summary if resumed is not None and resumed.state is not None else None)
     trainer.stop = stop
     stop.doing = "writing the run directory"
     with RunDir.open(cfg, recipe, info, target) as run_dir:
@@ -270,6 +271,8 @@ def train(run_dir: RunDir, trainer: Trainer, resumed: Any) -> RunResult:
                 + ("" if trainer.saver is not None else "; train.checkpoint is off now, so nothing more is saved"))
         stop.doing = "training"
         trainer.train(callbacks, start)
+        if chief and trainer.early_stopping is not None:
+            say(trainer.early_stopping.describe())
         if cfg.output.save_model:
             stop.doing = "saving model.keras"
             replace_atomic(run_dir.path / "model.keras", trainer.save, run_dir.path / ".model.tmp.keras",

@@ -24,14 +24,18 @@ import sys
 from importlib import metadata
 from typing import Any, Optional
 
-from . import __version__, keras_fixes
+from . import __version__, backbone, keras_fixes, transfer
+from . import callbacks as user_callbacks
 from . import checkpoint as ckpt
 from .config import Config
 from .console import warn
+from .data.augment import model_layers
 from .data.pipeline import normalization_stats, sample_batch
 from .errors import ConfigError
 from .loops import Job, epoch_stats_callback, progress_mode
 from .loops.custom import MAX_CALL_SECONDS
+from .schedules import learning_rate_callback
+from .schedules import resolve as resolve_schedule
 from .model import (build_model, check_fits, describe_model, make_loss, make_metrics, make_optimizer, target_of)
 
 # train.steps_per_execution: auto. At most this many training steps per tf.function call,
@@ -148,6 +152,8 @@ class Trainer:
         info: what :func:`tfgpu.setup` applied (:class:`tfgpu.Setup`).
         data: the loaded :class:`~tfgpu.data.Data`.
         pipes: its :class:`~tfgpu.data.pipeline.Pipelines`.
+        restoring: ``--resume`` of a run with a checkpoint: the run's summary so far (``model.init_from``
+            is then not applied again, :func:`tfgpu.transfer.prepare`); ``None``: a fresh start.
 
     Attributes:
         model: the compiled ``keras.Model`` (``model.compile`` sets what
@@ -155,11 +161,14 @@ class Trainer:
             evaluate and train further).
         optimizer: its optimizer (a ``LossScaleOptimizer`` under
             ``mixed_float16`` with the custom loop; ``fit`` wraps it itself).
-        learning_rate: the learning rate after ``train.lr_scaling``.
+        learning_rate: the learning rate after ``train.lr_scaling`` (a schedule's peak).
+        schedule: ``train.lr_schedule`` resolved (:class:`tfgpu.schedules.Schedule`), or ``None``.
         per_call: training steps per ``tf.function`` call (the custom loop: the most).
         per_call_reason: why, in words (``summary.json``: ``steps_per_execution_reason``).
         profile: the calls ``train.profile_steps`` profiles, or ``None``.
         traces: the custom loop's trace counts after training, else ``None``.
+        transfer: what ``model.init_from``/``model.freeze`` did and ``train.unfreeze`` will do
+            (:class:`tfgpu.transfer.Transfer`).
         stop: the process's :class:`~tfgpu.checkpoint.StopSignals` (set by
             :func:`tfgpu.runner.run`), or ``None`` (signals are not handled).
 
@@ -168,7 +177,8 @@ class Trainer:
             ``train.profile_steps`` lies beyond the run (before anything is written).
     """
 
-    def __init__(self, cfg: Config, info: Any, data: Any, pipes: Any) -> None:
+    def __init__(self, cfg: Config, info: Any, data: Any, pipes: Any,
+                 restoring: Optional[dict[str, Any]] = None) -> None:
         import keras  # noqa: PLC0415
 
         self.cfg, self.info, self.data, self.pipes = cfg, info, data, pipes
@@ -177,8 +187,16 @@ class Trainer:
         normalization = normalization_stats(data) if cfg.data.normalize else None
         self.per_call, self.per_call_reason = self._steps_per_call()
         with info.scope():
-            self.model = build_model(cfg.model, spec.input_shape, target, normalization)
-            self.optimizer, self.learning_rate = make_optimizer(cfg.model.optimizer, plan.lr_scale)
+            augment = model_layers(cfg.data, pipes.info.get("augment", {}).get("seed"), spec)  # augment_on: model
+            self.model = build_model(cfg.model, spec.input_shape, target, normalization, augment_layers=augment,
+                                     pixel_factor=backbone.pixel_factor(spec))
+            # model.init_from and model.freeze, before compiling (tfgpu.transfer)
+            self.transfer = transfer.prepare(cfg, self.model, plan.num_workers, restoring)
+            self.optimizer, self.learning_rate = make_optimizer(
+                cfg.model.optimizer, plan.lr_scale, cfg.train.lr_schedule, (cfg.train.epochs, pipes.steps_per_epoch))
+            self.schedule = (resolve_schedule(cfg.train.lr_schedule, self.learning_rate / plan.lr_scale, plan.lr_scale,
+                                              cfg.train.epochs, pipes.steps_per_epoch)
+                             if math.isfinite(self.learning_rate) else None)
             if cfg.train.loop == "custom" and plan.mixed_precision == "mixed_float16":
                 self.optimizer = keras.optimizers.LossScaleOptimizer(self.optimizer)  # fit wraps it itself
             metrics = make_metrics(cfg.model.metrics, cfg.model.loss)
@@ -195,6 +213,12 @@ class Trainer:
         # A loss or metric that does not fit the labels fails here, as a configuration error, before
         # anything is written, rather than inside the first training step.
         check_fits(self.model, cfg.model.loss, cfg.model.metrics, *sample_batch(data), task=spec.task)
+        # train.early_stopping / train.callbacks: every monitor is a figure the run logs (tfgpu.callbacks).
+        with info.scope():
+            compiled = self.metrics if self.metrics is not None else make_metrics(cfg.model.metrics, cfg.model.loss)
+        self.logged = user_callbacks.logged_names(cfg, compiled, pipes.validation is not None)
+        user_callbacks.check_monitors(cfg, self.logged)
+        self.early_stopping: Any = None
         self.profile = profile_calls(cfg.train.profile_steps, cfg.train.epochs, pipes.steps_per_epoch, self.per_call)
         self.traces: Optional[dict[str, int]] = None
         self.saver: Any = None
@@ -254,9 +278,11 @@ class Trainer:
             "steps_per_execution_reason": self.per_call_reason,
             "lr_scaling": plan.lr_scaling,
             "learning_rate": self.learning_rate,
+            "lr_schedule": self.schedule.to_dict() if self.schedule is not None else None,
             "jit_compile": plan.jit_compile,
             "jit_compile_reason": plan.jit_compile_reason,
             "mixed_precision": plan.mixed_precision,
+            "mixed_precision_reason": plan.mixed_precision_reason,
             "data": {
                 **data.spec.to_dict(),
                 "train_samples": self.train_samples,
@@ -271,6 +297,7 @@ class Trainer:
             "profile": self.profile,
             "epochs_planned": cfg.train.epochs,
             "warnings": list(plan.warnings),
+            **self.transfer.facts(),
         }
 
     def banner(self) -> list[str]:
@@ -297,19 +324,33 @@ class Trainer:
         lines.append(f"data: {spec.source}: {sizes}; input {spec.input_shape}, {what}"
                      + (" (validation = the test split)" if data.validation_is_test else "")
                      + ("" if data.validation else " (no validation data)"))
-        lines.append(f"global batch: {plan.batch_size_per_replica} per replica x {info.num_replicas} replicas = "
+        if pipes.info.get("augment"):  # data.augment (tfgpu.data.augment)
+            aug = pipes.info["augment"]
+            lines.append(f"augmentation: {', '.join(aug['layers'])} on training batches only, "
+                         + ("in the tf.data pipeline (CPU, parallel)" if aug["on"] == "pipeline"
+                            else "in the model (training only)") + f"; seed {aug['seed']}")
+        if pipes.info.get("class_weight"):  # train.class_weight (tfgpu.data.weights)
+            weights, setting = pipes.info["class_weight"]["weights"], pipes.info["class_weight"]["setting"]
+            lines.append(f"class weights ({setting if isinstance(setting, str) else 'given'}): "
+                         + ", ".join(f"{k} {v:.4g}" for k, v in weights.items()) + " (training loss only)")
+        replicas = f"{info.num_replicas} replica{'s' if info.num_replicas != 1 else ''}"
+        lines.append(f"global batch: {plan.batch_size_per_replica} per replica x {replicas} = "
                      f"{info.global_batch_size}; {pipes.steps_per_epoch} steps per epoch; loop: {cfg.train.loop}; "
                      f"learning rate {self.learning_rate:g}"
                      + (f" ({plan.lr_scaling} scaling)" if plan.lr_scaling != "none" else ""))
+        if self.schedule is not None:
+            lines.append(f"learning-rate schedule: {self.schedule.describe()}")
         lines.append(f"steps per call: {self.per_call} ({self.per_call_reason})")
-        lines.append(f"XLA: {'on' if plan.jit_compile else 'off'} "
-                     f"({plan.jit_compile_reason}); precision: {plan.mixed_precision}")
+        lines.append(f"XLA: {'on' if plan.jit_compile else 'off'} ({plan.jit_compile_reason})")
+        lines.append(f"precision: {plan.mixed_precision} ({plan.mixed_precision_reason})")
+        lines.extend(self.transfer.banner())
         return lines
 
     # Training ----------------------------------------------------------------------------------------------------
 
     def callbacks(self, run: Any, state: Optional[dict[str, Any]], start: ckpt.Position) -> list:
-        """Epoch statistics (into ``run.epochs``), ``metrics.csv``, TensorBoard and the checkpoint, in that order.
+        """Epoch statistics (into ``run.epochs``), ``metrics.csv``, TensorBoard, ``train.early_stopping`` and
+        ``train.callbacks`` (:func:`tfgpu.callbacks.build`) and the checkpoint, in that order.
 
         ``run`` is the :class:`~tfgpu.rundir.RunDir`; ``state`` the checkpoint
         to restore first (``None``: a fresh start). It is restored whenever the
@@ -322,11 +363,19 @@ class Trainer:
         """
         import keras  # noqa: PLC0415
 
-        callbacks = [epoch_stats_callback(self.train_samples, run.epochs),
+        at = self.transfer.unfreeze_epoch
+        if state is not None and at is not None and start.epoch >= at:
+            transfer.unfreeze(self)  # train.unfreeze: the checkpoint holds the second phase's optimizer
+        callbacks = [epoch_stats_callback(self.train_samples, run.epochs), learning_rate_callback(self.optimizer),
                      keras.callbacks.CSVLogger(str(run.path / "metrics.csv"), append=True)]
         if self.cfg.output.tensorboard:
             calls = tuple(self.profile["calls"]) if self.profile else 0
             callbacks.append(keras.callbacks.TensorBoard(log_dir=str(run.path / "tensorboard"), profile_batch=calls))
+        built = user_callbacks.build(self.cfg, run, self.logged, self.info.is_chief,
+                                     self.cfg.train.checkpoint.enabled, self.optimizer)
+        if self.cfg.train.early_stopping is not None:
+            self.early_stopping = built[0]
+        callbacks.extend(built)  # after the CSV row and before the checkpoint (tfgpu.callbacks)
         if self.cfg.train.checkpoint.enabled or state is not None:
             files = self._files(run)
             if state is not None:
@@ -388,9 +437,22 @@ class Trainer:
         deferred = self.stop is not None and self.saver is not None
         with (self.stop.deferred() if deferred else contextlib.nullcontext()):
             if self.cfg.train.loop == "fit":
-                train_fit(self.job(), callbacks, progress, (start.epoch, start.step))
+                at, go_on = self.transfer.unfreeze_epoch, True
+                if at is not None and not self.transfer.unfrozen and start.epoch < at:
+                    # train.unfreeze: fit stops after epoch N (its progress counts the whole run), thaw and
+                    # recompile, fit on from N (tfgpu.transfer)
+                    stop = transfer.stop_after(at)
+                    train_fit(self.job(), [*callbacks, stop], progress, (start.epoch, start.step))
+                    go_on = stop.reached  # else a callback (early stopping) ended the run in the first phase
+                    if go_on:
+                        transfer.unfreeze(self)
+                        start = ckpt.Position(at, 0)
+                if go_on:
+                    train_fit(self.job(), callbacks, progress, (start.epoch, start.step))
             else:
                 self.traces = train_custom(self.job(), callbacks, progress, (start.epoch, start.step))
+        if self.early_stopping is not None:
+            self.early_stopping.finish()  # restore_best_weights: the best epoch's weights, before model.keras
 
     def save(self, path: Any) -> None:
         """Save the model to ``path`` (``keras.Model.save``: a ``.keras`` file).
@@ -408,7 +470,8 @@ class Trainer:
     def test(self, rows: list[dict[str, float]]) -> dict[str, Any]:
         """The test split's figures, evaluated once (``test_metrics``, ``test_metrics_from``), or ``{}``.
 
-        When validation is the test split: the last epoch's validation figures in ``rows`` (no second pass).
+        When validation is the test split: the last epoch's validation figures in ``rows`` (no second pass), or
+        the best epoch's when ``train.early_stopping`` restored its weights.
         """
         data, pipes = self.data, self.pipes
         if pipes.test is not None:
@@ -416,6 +479,12 @@ class Trainer:
             return {"test_metrics": {f"test_{k}": v for k, v in metrics.items()},
                     "test_metrics_from": f"model.evaluate on the test split ({data.test.origin})"}
         if data.validation_is_test and rows:
+            es = self.early_stopping
+            if es is not None and es.restored:  # the model is the best epoch's (restore_best_weights)
+                row = next((r for r in rows if int(r["epoch"]) == es.best_epoch), rows[-1])
+                return {"test_metrics": {f"test_{k[4:]}": v for k, v in row.items() if k.startswith("val_")},
+                        "test_metrics_from": f"the validation of the best epoch ({es.best_epoch + 1}, "
+                                             "train.early_stopping restored it), which is the test split"}
             return {"test_metrics": {f"test_{k[4:]}": v for k, v in rows[-1].items() if k.startswith("val_")},
                     "test_metrics_from": "the last epoch's validation, which is the test split"}
         return {}
@@ -425,6 +494,8 @@ class Trainer:
         fields: dict[str, Any] = {}
         if self.traces is not None:
             fields["traces"] = self.traces
+        if self.early_stopping is not None:
+            fields["early_stopping"] = self.early_stopping.record()
         if self.saver is not None:
             saves = self.saver.saves
             fields["checkpoint"] = {"saves": len(saves),

@@ -171,8 +171,13 @@ class TensorflowConfig(_Section):
             keep their plain names (``MatMul``, not ``_MklMatMul``) in logs.
         gpu_allocator: ``default`` or ``cuda_malloc_async``; becomes
             ``TF_GPU_ALLOCATOR``.
-        mixed_precision: Keras dtype policy: ``float32``, ``mixed_float16``
-            or ``mixed_bfloat16`` (``keras.mixed_precision.set_global_policy``).
+        mixed_precision: Keras dtype policy: ``float32``, ``mixed_float16``,
+            ``mixed_bfloat16`` (``keras.mixed_precision.set_global_policy``)
+            or ``auto``, resolved by the plan from the probe
+            (:func:`tfgpu.planning.resolve_precision`): ``mixed_bfloat16`` on
+            GPUs of compute capability >= 8.0 (the lowest decides) and on CPUs
+            with ``avx512_bf16`` or ``amx_bf16``, ``mixed_float16`` on 7.x GPUs,
+            else ``float32``; the choice and its reason go into ``summary.json``.
         jit_compile: XLA for each replica's training step: ``auto``, ``true``
             or ``false``. ``auto`` is resolved per device kind by the plan
             (:func:`tfgpu.plan.resolve_jit`): off on CPUs (measured: XLA made
@@ -192,7 +197,7 @@ class TensorflowConfig(_Section):
     log_level: int = Field(2, ge=0, le=3)
     onednn_opts: Optional[bool] = None
     gpu_allocator: Literal["default", "cuda_malloc_async"] = "default"
-    mixed_precision: Literal["float32", "mixed_float16", "mixed_bfloat16"] = "float32"
+    mixed_precision: Literal["auto", "float32", "mixed_float16", "mixed_bfloat16"] = "float32"
     jit_compile: Union[Literal["auto"], bool] = "auto"
     seed: Optional[int] = Field(None, ge=0, le=2**32 - 1)
     deterministic_ops: bool = False
@@ -310,7 +315,8 @@ ARRAY_ROLES = ("x_train", "y_train", "x_val", "y_val", "x_test", "y_test")
 #: ``tf.image.resize`` methods (``data.interpolation``).
 INTERPOLATIONS = ("bilinear", "nearest", "bicubic", "area", "lanczos3", "lanczos5", "gaussian", "mitchellcubic")
 
-_COMMON_DATA_KEYS = ("kind", "rescale", "normalize", "shuffle_buffer", "cache", "seed", "validation_split")
+_COMMON_DATA_KEYS = ("kind", "rescale", "normalize", "shuffle_buffer", "cache", "seed", "validation_split",
+                     "augment", "augment_on")
 _IMAGE_KEYS = ("image_size", "color_mode", "interpolation")
 #: The keys each kind reads (besides the common ones); any other key set is an error.
 DATA_KIND_KEYS: dict[str, tuple[str, ...]] = {
@@ -458,6 +464,12 @@ class DataConfig(_Section):
         cache: ``true`` (memory): streamed sources are decoded once, before
             training, into memory; ``false``: read and decoded every epoch; a
             file path: ``tf.data.Dataset.cache(path)`` on disk.
+        augment: Keras image preprocessing layers applied to training
+            batches only, each ``ClassName`` or ``{ClassName: {args}}``
+            (``RandomFlip``, ``{RandomRotation: {factor: 0.05}}``, ...), seeded
+            from ``tensorflow.seed`` (:mod:`tfgpu.data.augment`).
+        augment_on: ``pipeline`` (in the ``tf.data`` pipeline, on the CPU, in
+            parallel) or ``model`` (the model's first layers, active in training only).
     """
 
     kind: Literal[DATA_KINDS] = "mnist"
@@ -490,6 +502,8 @@ class DataConfig(_Section):
     normalize: bool = False
     shuffle_buffer: Optional[int] = Field(None, ge=1)
     cache: Union[bool, str] = True
+    augment: Optional[list[Any]] = None
+    augment_on: Literal["pipeline", "model"] = "pipeline"
 
     @model_validator(mode="before")
     @classmethod
@@ -560,9 +574,25 @@ class DataConfig(_Section):
             return value
         raise ValueError("expected true (memory), false, or a file path for tf.data's on-disk cache")
 
+    @field_validator("augment", mode="before")
+    @classmethod
+    def _check_augment(cls, value: Any) -> Any:
+        if value is None:
+            return value
+        if not isinstance(value, list) or not value:
+            raise ValueError("expected a non-empty list of Keras image preprocessing layers, e.g. "
+                             "[RandomFlip, {RandomRotation: {factor: 0.05}}]")
+        from ..data.augment import check_names  # noqa: PLC0415 (reads Keras's files; imports no Keras)
+
+        check_names(value)
+        return value
+
     @model_validator(mode="after")
     def _check_kind(self) -> "DataConfig":
         kind = self.kind
+        if self.augment and kind == "csv":
+            raise _kind_error("augment", "data.augment applies image layers, and data.kind csv gives rows of "
+                              "features, not images; remove data.augment")
         allowed = set(_COMMON_DATA_KEYS) | set(DATA_KIND_KEYS[kind])
         # A key of another kind left at its default (as a resolved config.yaml holds them) is harmless.
         fields = type(self).model_fields
@@ -654,6 +684,28 @@ def _check_spec(value: Any, what: str) -> Any:
     raise ValueError(f"expected {article} {what} name (e.g. {name_example}) or a mapping with 'name' and arguments")
 
 
+class ApplicationConfig(_Section):
+    """A ``keras.applications`` model as the backbone (``model.application``; a bare name: the defaults).
+
+    Attributes:
+        name: the application, as ``keras.applications`` spells it (``ResNet50``, ``MobileNetV3Small``).
+        weights: ``imagenet`` (Keras's cache ``~/.keras/models``, else its download), ``null`` (random
+            initialisation) or the path of a weights file for the application.
+        include_top: keep the application's ImageNet classifier (1000 classes); ``false``: the
+            ``model.layers`` head (or a Dense layer that fits the data) follows the features.
+        pooling: ``avg``, ``max`` or ``null`` (the feature map), as the application's ``pooling`` argument.
+        trainable: ``false`` freezes the whole application (as ``model.freeze: [application]``).
+        args: further keyword arguments for the application (``alpha``, ``minimalistic``, ...).
+    """
+
+    name: str = Field(min_length=1)
+    weights: Optional[str] = "imagenet"
+    include_top: bool = False
+    pooling: Optional[Literal["avg", "max"]] = "avg"
+    trainable: bool = True
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
 class ModelConfig(_Section):
     """The Keras model.
 
@@ -670,9 +722,17 @@ class ModelConfig(_Section):
             and its arguments (``{name: adam, learning_rate: 0.001}``).
         loss: Keras loss name or mapping, as for ``optimizer``.
         metrics: list of Keras metric names or mappings.
+        application: a ``keras.applications`` model as the backbone (:class:`ApplicationConfig`, or its
+            name); ``layers`` is then the head after it (default: one Dense layer that fits the data).
+        init_from: start from an earlier run's weights: a run directory (its ``model.keras``), a
+            ``.keras`` file or a ``.weights.h5`` file; layers are matched by name and shape.
+        freeze: layer names or name prefixes (or ``application``) made non-trainable before compiling.
     """
 
     layers: Optional[list[Any]] = None
+    application: Optional[ApplicationConfig] = None
+    init_from: Optional[str] = Field(None, min_length=1)
+    freeze: Optional[list[str]] = None
     builder: Optional[ImportPath] = None
     builder_args: dict[str, Any] = Field(default_factory=dict)
     optimizer: Any = "adam"
@@ -699,6 +759,19 @@ class ModelConfig(_Section):
             )
         return value
 
+    @field_validator("application", mode="before")
+    @classmethod
+    def _application_name(cls, value: Any) -> Any:
+        return {"name": value} if isinstance(value, str) else value
+
+    @field_validator("freeze", mode="before")
+    @classmethod
+    def _check_freeze(cls, value: Any) -> Any:
+        value = [value] if isinstance(value, str) else value
+        if value is None or (isinstance(value, list) and value and all(isinstance(v, str) and v for v in value)):
+            return value
+        raise ValueError("expected a list of layer names or name prefixes (or 'application'), e.g. [application]")
+
     @field_validator("optimizer", mode="before")
     @classmethod
     def _check_optimizer(cls, value: Any) -> Any:
@@ -718,6 +791,9 @@ class ModelConfig(_Section):
 
     @model_validator(mode="after")
     def _one_source(self) -> "ModelConfig":
+        if self.application is not None and self.builder is not None:
+            raise ValueError("both application and builder are set; a builder makes the whole model, so use "
+                             "application with layers (the head) instead")
         if self.layers is not None and self.builder is not None:
             raise ValueError("both layers and builder are set; set one of them")
         return self
@@ -725,7 +801,7 @@ class ModelConfig(_Section):
     @property
     def defined(self) -> bool:
         """True when the recipe says how to build a model."""
-        return self.layers is not None or self.builder is not None
+        return self.layers is not None or self.builder is not None or self.application is not None
 
 
 #: Signals ``train.checkpoint.requeue_signal`` may name (Slurm's ``--signal`` sends one before the time limit).
@@ -761,6 +837,81 @@ class CheckpointConfig(_Section):
     requeue_signal: Optional[Literal[REQUEUE_SIGNALS]] = "SIGUSR1"
 
 
+#: Keras callbacks ``train.callbacks`` refuses, and the tfgpu key that does their work (``tfgpu.callbacks``).
+OWNED_CALLBACKS = {
+    "CSVLogger": "tfgpu writes RUN_DIR/metrics.csv itself (keras.callbacks.CSVLogger, one row per epoch)",
+    "TensorBoard": "set output.tensorboard: true (TensorBoard logs under RUN_DIR/tensorboard)",
+    "BackupAndRestore": "tfgpu checkpoints with train.checkpoint and continues with 'tfgpu run --resume RUN_DIR'",
+    "ProgbarLogger": "set train.progress (auto, bar, epoch or none)",
+    "History": "tfgpu records every epoch in metrics.csv and summary.json",
+    "EarlyStopping": "set train.early_stopping (its keys are EarlyStopping's arguments)",
+    "TerminateOnNaN": "set train.terminate_on_nan (true by default)",
+}
+
+
+class EarlyStoppingConfig(_Section):
+    """``train.early_stopping``: ``keras.callbacks.EarlyStopping``'s arguments (``true``: its defaults).
+
+    Attributes:
+        monitor: the logged figure to watch (``val_loss``; any column of
+            ``metrics.csv`` but the timing ones, e.g. ``val_accuracy``).
+        mode: ``auto`` (from the metric: accuracy up, loss down), ``min`` or ``max``.
+        patience: epochs without improvement before training stops.
+        min_delta: the least change that counts as an improvement (absolute).
+        restore_best_weights: at the end of training, set the model to the
+            best epoch's weights (so ``model.keras`` is the best epoch's model).
+        start_from_epoch: epochs to train before watching starts.
+        baseline: a value to beat; training stops after ``patience`` epochs
+            that do not beat it (``null``: none).
+    """
+
+    monitor: str = "val_loss"
+    mode: Literal["auto", "min", "max"] = "auto"
+    patience: int = Field(0, ge=0, le=100_000)
+    min_delta: float = Field(0.0, ge=0)
+    restore_best_weights: bool = False
+    start_from_epoch: int = Field(0, ge=0, le=100_000)
+    baseline: Optional[float] = None
+
+
+def _check_callbacks(value: Any) -> Any:
+    """``train.callbacks``: a list of ``ClassName``, ``{ClassName: {args}}`` or ``module:Class`` (also with args)."""
+    if not isinstance(value, list):
+        raise ValueError("expected a list of callbacks, e.g. [{ReduceLROnPlateau: {patience: 2}}]")
+    for i, item in enumerate(value):
+        name, args = (item, None) if isinstance(item, str) else (
+            next(iter(item.items())) if isinstance(item, dict) and len(item) == 1 else (None, None))
+        if not isinstance(name, str) or not name or not (args is None or isinstance(args, dict)):
+            raise ValueError(f"callback {i} ({short_repr(item)}) is not 'ClassName', 'module:Class' or "
+                             "'ClassName: {arguments}' (one key, its value a mapping of arguments)")
+        if ":" in name:
+            _import_path(name)
+        elif not re.match(r"^[A-Za-z_]\w*$", name):
+            raise ValueError(f"callback {i}: {name!r} is neither a keras.callbacks class name nor 'module:Class'")
+        elif name in OWNED_CALLBACKS:
+            raise ValueError(f"callback {i}: {name} is tfgpu's own: {OWNED_CALLBACKS[name]}")
+    return value
+
+
+class UnfreezeConfig(_Section):
+    """Two-phase fine-tuning (``train.unfreeze``).
+
+    Attributes:
+        epoch: the epoch (counted from 0, as ``initial_epoch``) at which the frozen layers
+            (``model.freeze``, ``application.trainable: false``) become trainable; epochs before it
+            train the rest only.
+        learning_rate_factor: the learning rate is multiplied by this for the second phase.
+    """
+
+    epoch: int = Field(ge=1, le=100_000)
+    learning_rate_factor: float = Field(0.1, gt=0, le=1000)
+
+    @field_validator("learning_rate_factor", mode="before")
+    @classmethod
+    def _factor_number(cls, value: Any) -> Any:
+        return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
 class TrainConfig(_Section):
     """The training loop.
 
@@ -772,6 +923,13 @@ class TrainConfig(_Section):
             global batch is this x the number of replicas.
         lr_scaling: scale the optimizer's learning rate with the number of
             replicas: ``none``, ``linear`` (x replicas) or ``sqrt``.
+        lr_schedule: ``null`` (a constant rate, the default), a name
+            (``constant``, ``cosine``, ``exponential``, ``piecewise``, or a
+            ``keras.optimizers.schedules`` class) or a mapping ``{name,
+            warmup_epochs, warmup_from, decay_epochs, boundaries_epochs,
+            factors, ...the Keras class's arguments}``: a linear warmup to the
+            scaled rate, then the decay (:mod:`tfgpu.schedules`; docs/config.md
+            "Learning-rate schedules").
         progress: ``auto`` (a bar on a terminal, a line per epoch otherwise),
             ``bar``, ``epoch`` or ``none``.
         terminate_on_nan: stop when the loss becomes NaN
@@ -792,17 +950,78 @@ class TrainConfig(_Section):
             needs ``output.tensorboard: true``. With several steps per call,
             the whole calls holding those steps are profiled.
         checkpoint: :class:`CheckpointConfig` (``true``/``false``: on/off with the defaults).
+        class_weight: ``balanced`` (``n_samples / (n_classes * count_c)`` over
+            the training labels, scikit-learn's formula) or ``{class: weight}``
+            by class name or index (the others 1): each training sample's
+            loss is multiplied by its class's weight (:mod:`tfgpu.data.weights`);
+            validation and test are not weighted.
+        early_stopping: :class:`EarlyStoppingConfig` (``keras.callbacks.EarlyStopping``;
+            ``true``: its defaults; ``null``/``false``: off, the default).
+        callbacks: Keras callbacks, each ``ClassName`` or ``{ClassName: {args}}``
+            from ``keras.callbacks`` (e.g. ``ReduceLROnPlateau``, ``ModelCheckpoint``),
+            or ``module:Class`` for one of your own; relative file paths in
+            their arguments are inside the run directory (:mod:`tfgpu.callbacks`).
     """
 
     loop: Literal["fit", "custom"] = "fit"
     epochs: int = Field(10, ge=1, le=100_000)
     batch_size_per_replica: int = Field(32, ge=1, le=2**24)
     lr_scaling: Literal["none", "linear", "sqrt"] = "none"
+    lr_schedule: Optional[dict[str, Any]] = None
     progress: Literal["auto", "bar", "epoch", "none"] = "auto"
     terminate_on_nan: bool = True
     steps_per_execution: Union[Literal["auto"], int] = "auto"
     profile_steps: Optional[list[int]] = None
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    unfreeze: Optional[UnfreezeConfig] = None
+    early_stopping: Optional[EarlyStoppingConfig] = None
+    callbacks: list[Any] = Field(default_factory=list)
+    class_weight: Union[Literal["balanced"], dict[Union[int, str], float], None] = None
+
+    @field_validator("lr_schedule", mode="before")
+    @classmethod
+    def _check_lr_schedule(cls, value: Any) -> Any:
+        from ..schedules import ScheduleError, normalize  # noqa: PLC0415  (reads Keras's files, imports no Keras)
+
+        try:
+            return normalize(value)
+        except ScheduleError as exc:
+            if exc.key and isinstance(value, dict) and exc.key in value:  # located at the sub-key's line
+                raise PydanticCustomError("key_error", "{text}", {"loc": (exc.key,), "text": str(exc)}) from None
+            raise ValueError(str(exc)) from None
+
+    @model_validator(mode="after")
+    def _check_warmup_length(self) -> "TrainConfig":
+        from ..schedules import check_length  # noqa: PLC0415
+
+        try:
+            check_length(self.lr_schedule, self.epochs)
+        except ValueError as exc:
+            raise PydanticCustomError("key_error", "{text}", {"loc": ("lr_schedule", "warmup_epochs"),
+                                                             "text": str(exc)}) from None
+        return self
+
+    @field_validator("class_weight", mode="before")
+    @classmethod
+    def _check_class_weight(cls, value: Any) -> Any:
+        if value is None or value == "balanced":
+            return value
+        if isinstance(value, dict) and value and all(
+                isinstance(w, (int, float)) and not isinstance(w, bool) and 0 <= w < float("inf")
+                for w in value.values()):
+            return value
+        raise ValueError("expected balanced (n_samples / (n_classes x the class's samples)) or a mapping of class "
+                         "names or indices to weights >= 0, e.g. {malignant: 2.0} or {0: 2.0, 1: 1.0}")
+
+    @field_validator("early_stopping", mode="before")
+    @classmethod
+    def _early_stopping_switch(cls, value: Any) -> Any:
+        return ({} if value else None) if isinstance(value, bool) else value
+
+    @field_validator("callbacks", mode="before")
+    @classmethod
+    def _check_callbacks(cls, value: Any) -> Any:
+        return _check_callbacks(value)
 
     @field_validator("checkpoint", mode="before")
     @classmethod
@@ -921,6 +1140,16 @@ class Config(_Section):
                 "true as well, or remove train.profile_steps", {"loc": ("train", "profile_steps")})
         if self.backend == "jax":
             self._check_jax()
+            if self.data.augment and self.data.augment_on == "pipeline":
+                raise PydanticCustomError(
+                    "key_error", "data.augment runs in the tf.data pipeline, and with backend: jax tfgpu feeds "
+                    "NumPy batches (keras.utils.PyDataset, no tf.data); set data.augment_on: model (the layers "
+                    "then run in the model, on JAX, in training only)", {"loc": ("data", "augment_on")})
+            if self.train.class_weight is not None:
+                raise PydanticCustomError(
+                    "key_error", "train.class_weight puts per-sample weights into the tf.data training pipeline, "
+                    "which backend: jax does not use (tfgpu feeds it NumPy batches); use backend: tensorflow",
+                    {"loc": ("train", "class_weight")})
         return self
 
     def _check_jax(self) -> None:

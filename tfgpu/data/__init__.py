@@ -55,11 +55,13 @@ def source_for(cfg: DataConfig, loss: Any = "sparse_categorical_crossentropy",
     return SOURCES[cfg.kind](cfg, loss, tf_seed)
 
 
-def prepare(source: Source, cfg: DataConfig, context: LoadContext, train: bool = True) -> tuple[Data, Any]:
+def prepare(source: Source, cfg: DataConfig, context: LoadContext, train: bool = True,
+            class_weight: Any = None) -> tuple[Data, Any]:
     """Load a checked source, decode streamed splits into memory where ``cache`` says so, and build the pipelines.
 
     Call after :func:`tfgpu.setup` (this imports TensorFlow). ``train=False``
-    (evaluation) leaves the training split undecoded.
+    (evaluation) leaves the training split undecoded. ``class_weight``: ``train.class_weight``
+    (the training batches then carry per-sample weights).
 
     Returns:
         ``(data, pipelines)``: the :class:`Data` (in memory where decoded) and
@@ -76,7 +78,8 @@ def prepare(source: Source, cfg: DataConfig, context: LoadContext, train: bool =
                               workers_on_host=context.workers_on_host, global_batch=context.global_batch_size,
                               workers=context.num_workers)
     cached = {name for name, how in cache.items() if how.startswith(BATCHES_CACHED)}
-    pipes = build_pipelines(data, cfg, context.global_batch_size, context.seed, context.num_workers, cached)
+    pipes = build_pipelines(data, cfg, context.global_batch_size, context.seed, context.num_workers, cached,
+                            class_weight=class_weight if train else None)
     pipes.info["cache"] = cache
     return data, pipes
 
@@ -131,4 +134,4 @@ def load(cfg: Config, info: Any, source: Source, train: bool = True, seed: Optio
                           workers_on_host=workers_on_host(cluster))
     if info.backend == "jax":
         return prepare_for_jax(source, cfg.data, context, info.num_replicas, train)
-    return prepare(source, cfg.data, context, train)
+    return prepare(source, cfg.data, context, train, class_weight=cfg.train.class_weight)

@@ -597,8 +597,59 @@ def _streamed(split: Split, spec: DataSpec, data_cfg: DataConfig, global_batch: 
     return epochs_of if train else epochs_of(1)
 
 
+def training_extras(data: Data, data_cfg: DataConfig, seed: Optional[int], class_weight: Any = None
+                    ) -> tuple[Any, dict[str, Any]]:
+    """``data.augment`` (``augment_on: pipeline``) and ``train.class_weight`` as one batch function, and what
+    they are for the run summary.
+
+    Returns:
+        ``(post, info)``: ``post(step, (x, y)) -> (x', y[, w])`` for the training
+        batches (``None`` when there is nothing to do), and ``{"augment": ...,
+        "class_weight": ...}`` (``summary.json``'s ``data`` section).
+
+    Raises:
+        ConfigError: augmentation of non-image inputs, a size-changing layer in the pipeline; class weights
+            for a regression task or a class the data does not have, ``balanced`` without the training labels
+            in memory.
+    """
+    from ..errors import ConfigError  # noqa: PLC0415
+    from . import augment, weights  # noqa: PLC0415
+
+    spec, info, steps = data.spec, {}, []
+    if data_cfg.augment:
+        augment.check_data(data_cfg.augment, spec.input_shape, data_cfg.augment_on)
+        value_range = augment.value_range_of(spec)
+        info["augment"] = {"layers": [augment.spec_of(item)[0] for item in data_cfg.augment],
+                           "on": data_cfg.augment_on, "seed": seed,
+                           "value_range": list(value_range) if value_range else None}
+        if data_cfg.augment_on == "pipeline":
+            layers = augment.build_layers(data_cfg.augment, seed, value_range)
+            steps.append(augment.augmenter(layers, seed))
+    if class_weight is not None:
+        if class_weight == "balanced" and not data.train.in_memory and spec.task == "classification":
+            raise ConfigError(
+                "train.class_weight: balanced counts the training labels, and this training split is streamed, "
+                "not held in memory.", "set data.cache: true, or give the weights: {class: weight}.")
+        labels = data.train.y if data.train.in_memory else np.zeros(0, np.int64)
+        table = weights.resolve(class_weight, labels, spec.task, spec.num_classes, spec.class_names,
+                                spec.target_shape)
+        info["class_weight"] = {"setting": class_weight, "weights": weights.describe(table, spec.class_names)}
+        weigh = weights.weigher(table, spec.target_shape)
+        steps.append(lambda step, batch: weigh(*batch))
+    if not steps:
+        return None, info
+
+    def post(step: Any, batch: Any) -> Any:
+        for fn in steps:
+            batch = fn(step, batch)
+        return batch
+
+    return post, info
+
+
 def build_pipelines(data: Data, data_cfg: DataConfig, global_batch: int, seed: Optional[int] = None,
-                    workers: int = 1, cache_batches: Optional[Collection[str]] = None) -> Pipelines:
+                    workers: int = 1, cache_batches: Optional[Collection[str]] = None,
+                    class_weight: Any = None) -> Pipelines:
     """The training, validation and test pipelines of (already :func:`materialize`\\ d) data.
 
     Args:
@@ -609,6 +660,8 @@ def build_pipelines(data: Data, data_cfg: DataConfig, global_batch: int, seed: O
         workers: input pipelines (machines); 1 here.
         cache_batches: the builder's batched splits whose float32 batches fit in memory
             (:func:`materialize` decides); ``None``: every one, with ``cache: true``.
+        class_weight: ``train.class_weight`` (:func:`training_extras`; with ``data.augment``, only the
+            training batches change: ``(x, y, w)`` with weights).
 
     Returns:
         :class:`Pipelines`: the datasets, in global batches, and their step counts.
@@ -631,5 +684,15 @@ def build_pipelines(data: Data, data_cfg: DataConfig, global_batch: int, seed: O
     train_epochs, steps = make(data.train, True)
     validation, validation_steps = make(data.validation, False)
     test, test_steps = make(data.test, False)
+    post, extras = training_extras(data, data_cfg, seed, class_weight)
+    if post is not None:  # augmentation and weights: training batches only, numbered by their global step
+        import tensorflow as tf  # noqa: PLC0415
+
+        batches, post_opts = train_epochs, in_memory_opts if data.train.in_memory else opts
+
+        def train_epochs(epochs: int, skip: int = 0) -> Any:
+            ds = batches(epochs, skip).enumerate(skip).map(post, num_parallel_calls=tf.data.AUTOTUNE)
+            return ds.prefetch(tf.data.AUTOTUNE).with_options(post_opts)
+
     return Pipelines(train_epochs(1), validation, test, steps, validation_steps, test_steps,
-                     {"sharding": {"policy": policy, "reason": why}}, train_epochs)
+                     {"sharding": {"policy": policy, "reason": why}, **extras}, train_epochs)

@@ -90,9 +90,17 @@ def train_custom(job: Job, callbacks: list, progress: str, start: tuple[int, int
             replica's forward and backward pass with XLA;
             ``job.terminate_on_nan`` stops at the end of an epoch whose loss is
             NaN or infinite (as ``TerminateOnNaN`` does for ``fit``).
-        callbacks: Keras callbacks; they get ``on_epoch_end`` logs as with
-            ``fit``, ``on_train_batch_begin``/``_end`` once per call, and
-            ``on_test_begin``/``_end`` (with the validation logs).
+        callbacks: Keras callbacks, called in ``fit``'s order (Keras 3.15.1
+            ``keras/src/backend/tensorflow/trainer.py``): ``on_train_begin``;
+            per epoch ``on_epoch_begin``, ``on_train_batch_begin``/``_end`` once
+            per call (the call's first and last step index, no batch logs: they
+            would cost a host read per call), ``on_test_begin``,
+            ``on_test_batch_begin``/``_end`` once (validation is one call),
+            ``on_test_end`` (the validation logs) and ``on_epoch_end`` (the
+            epoch's logs, as with ``fit``); ``on_train_end`` with the last
+            epoch's logs. ``model.stop_training`` set by a callback
+            (``EarlyStopping``) ends the epoch after the current call and the
+            run after the epoch, as ``fit`` does.
         progress: ``"bar"``, ``"epoch"`` or ``"none"``.
         start: ``(epoch, step)`` to start from, counted from 0 (a checkpoint's
             position): the first epoch runs its remaining steps, on the batches
@@ -142,10 +150,12 @@ def train_custom(job: Job, callbacks: list, progress: str, start: tuple[int, int
         # tf.range loop, MirroredStrategy fails ("must feed a value for placeholder").
         optimizer.build(model.trainable_variables)
 
-    def forward_backward(x: Any, y: Any) -> tuple[Any, Any, Any]:
+    def forward_backward(x: Any, y: Any, w: Any = None) -> tuple[Any, Any, Any]:
         with tf.GradientTape() as tape:
             pred = model(x, training=True)
             per_example = tf.cast(loss_fn(y, pred), tf.float32)
+            if w is not None:  # train.class_weight: (x, y, w) batches; the loss fit reports with sample_weight
+                per_example = per_example * tf.cast(tf.reshape(w, tf.shape(per_example)), tf.float32)
             loss = tf.nn.compute_average_loss(per_example)
             if model.losses:
                 loss += tf.nn.scale_regularization_loss(tf.add_n(model.losses))
@@ -156,8 +166,8 @@ def train_custom(job: Job, callbacks: list, progress: str, start: tuple[int, int
     # all-reduce and the update stay outside it (cross-replica calls cannot be compiled).
     compute = tf.function(forward_backward, jit_compile=True) if job.jit_compile else forward_backward
 
-    def replica_train(x: Any, y: Any) -> None:
-        grads, per_example, pred = compute(x, y)
+    def replica_train(x: Any, y: Any, *w: Any) -> None:
+        grads, per_example, pred = compute(x, y, *w)
         optimizer.apply_gradients(zip(grads, model.trainable_variables))
         loss_tracker.update_state(per_example)
         for m in metrics:
@@ -187,7 +197,9 @@ def train_custom(job: Job, callbacks: list, progress: str, start: tuple[int, int
     cap, timed, told = steps_per_execution, False, False
 
     cbs = keras.callbacks.CallbackList(callbacks, add_history=False, add_progbar=False, model=model)
+    model.stop_training = False  # set by a callback (EarlyStopping) to end the run, as fit reads it
     cbs.on_train_begin()
+    logs: dict[str, float] = {}
     for epoch in range(first_epoch, epochs):
         started = time.perf_counter()
         cbs.on_epoch_begin(epoch)
@@ -219,10 +231,14 @@ def train_custom(job: Job, callbacks: list, progress: str, start: tuple[int, int
             cbs.on_train_batch_end(done - 1)
             if bar is not None:
                 bar.update(done)
+            if model.stop_training:  # as fit: the epoch ends here, validated
+                break
         val_logs: dict[str, float] = {}
         if val_batches is not None:
             cbs.on_test_begin()
+            cbs.on_test_batch_begin(0)  # one call of all the validation steps (fit: one per its calls)
             test_steps(val_batches, tf.constant(job.validation_steps, tf.int32))
+            cbs.on_test_batch_end(job.validation_steps - 1)
             val_logs = {m.name: float(m.result()) for m in val_trackers}  # the epoch's host reads: this,
             cbs.on_test_end({k[4:]: v for k, v in val_logs.items()})
         logs = {m.name: float(m.result()) for m in train_trackers}       # and this
@@ -236,7 +252,9 @@ def train_custom(job: Job, callbacks: list, progress: str, start: tuple[int, int
             shown = {"epoch_seconds": seconds, **logs, **epoch_stats(callbacks, epoch)}
             print(format_epoch(shown) if bar is not None else epoch_line(epoch, epochs, shown), file=sys.stdout,
                   flush=True)
-    cbs.on_train_end()
+        if model.stop_training:
+            break
+    cbs.on_train_end(logs)
     _LAST_ITERATORS[:] = [train_batches, val_batches]
     return {"train": train_steps.experimental_get_tracing_count(),
             "validation": test_steps.experimental_get_tracing_count()}

@@ -67,6 +67,8 @@ def train_fit(job: Job, callbacks: list, progress: str, start: tuple[int, int] =
             job.model.fit(job.train_epochs(epochs, skip), validation_data=job.validation, initial_epoch=first,
                           epochs=end, steps_per_epoch=steps, callbacks=callbacks, verbose=VERBOSE[progress],
                           shuffle=False)
+            if job.model.stop_training:  # a callback (EarlyStopping) ended the run: no later fit call
+                break
         except RuntimeError as exc:
             found = re.match(r"NaN or Inf loss encountered at batch \d+\. Loss value: (\S+)\.", str(exc))
             if found is None:
