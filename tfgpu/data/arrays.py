@@ -5,6 +5,9 @@ The arrays have roles: ``x_train``, ``y_train`` (required), ``x_val``,
 found by those names (the Keras layout), in a folder as ``<name>.npy``;
 ``data.keys`` renames them (``{x_train: features, y_train: target}``). Any
 sample shape; labels are class numbers or float targets (with e.g. ``loss: mse``).
+``data.keys: {sample_weight: NAME}`` also reads the array ``NAME``: one weight
+(a finite number >= 0) per training sample, carried with its sample through
+``validation_split`` and shuffling into ``(x, y, w)`` training batches.
 
 Everything is read in :meth:`ArraysSource.check`, before TensorFlow starts.
 """
@@ -19,7 +22,7 @@ import numpy as np
 from numpy.lib import format as npy_format
 
 from ..config import DataConfig
-from ..config.schema import ARRAY_ROLES
+from ..config.schema import ARRAY_ROLES, SAMPLE_WEIGHT_ROLE
 from ..errors import DataError
 from .base import Data, DataSpec, LoadContext, Source, Split, check_finite, existing, holdout, label_task, \
     rescale_for
@@ -117,6 +120,30 @@ def _read_npy_dir(directory: Path, names: dict[str, str]) -> dict[str, np.ndarra
     return found
 
 
+def check_weights(w: np.ndarray, samples: int, where: str) -> np.ndarray:
+    """``data.keys.sample_weight``'s array checked: one finite number >= 0 per training sample, as float32.
+
+    Raises:
+        DataError: not numbers, not 1-D, another length, NaN/infinite or negative (naming the first such sample).
+    """
+    if not (np.issubdtype(w.dtype, np.number) or w.dtype == np.bool_):
+        raise DataError(f"{where}: the sample weights are {w.dtype} values; a weight is a number >= 0.",
+                        "save the weights as a float array.")
+    if w.ndim != 1 or len(w) != samples:
+        raise DataError(
+            f"{where}: the sample weights have shape {w.shape}; expected ({samples},), one weight per training "
+            "sample (x_train's first axis).",
+            "save a 1-D array of one weight per training sample (e.g. w.reshape(-1)).",
+        )
+    w = w.astype(np.float32)
+    bad = ~np.isfinite(w) | (w < 0)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise DataError(f"{where}: the weight of training sample {i} is {w[i]}; a weight is a finite number >= 0.",
+                        "fix that weight (0 leaves the sample out of the loss, 1 is an ordinary sample).")
+    return w
+
+
 def check_pairs(arrays: dict[str, np.ndarray], where: str) -> None:
     """Each ``x_<split>`` has a ``y_<split>`` of the same length, and no split is empty.
 
@@ -164,6 +191,8 @@ class ArraysSource(Source):
     def check(self) -> None:
         cfg: DataConfig = self.cfg
         names = {role: cfg.keys.get(role, role) for role in ARRAY_ROLES}
+        if SAMPLE_WEIGHT_ROLE in cfg.keys:  # read only when named
+            names[SAMPLE_WEIGHT_ROLE] = cfg.keys[SAMPLE_WEIGHT_ROLE]
         fix = ("point data.path at a .npz holding x_train and y_train (rename them with data.keys), or at a "
                "folder of .npy files")
         path = existing(cfg.path, "path", "a .npz file or a folder of .npy files", fix + ".")
@@ -178,6 +207,16 @@ class ArraysSource(Source):
                 )
         self.where = str(path)
         check_pairs(self.arrays, self.where)
+        if SAMPLE_WEIGHT_ROLE in names:
+            name = names[SAMPLE_WEIGHT_ROLE]
+            if SAMPLE_WEIGHT_ROLE not in self.arrays:
+                raise DataError(
+                    f"data.keys.sample_weight: {self.where} has no array '{name}'"
+                    + (" (as a .npy file)" if path.is_dir() else "") + ".",
+                    "set data.keys.sample_weight to the name of the array of training weights, or add it.",
+                )
+            self.arrays["w_train"] = check_weights(self.arrays.pop(SAMPLE_WEIGHT_ROLE), len(self.arrays["x_train"]),
+                                                   f"{self.where}: {name}")
         for role in ("x_train", "x_val", "x_test"):
             if role in self.arrays:
                 check_finite(self.arrays[role], f"{self.where}: {names[role]}")
@@ -191,13 +230,15 @@ class ArraysSource(Source):
     def load(self, context: LoadContext) -> Data:
         if "x_train" not in self.arrays:  # handed over by an earlier load: read the files again
             self.check()
-        return arrange(self, self.arrays, f"arrays from {self.where}", self.where)
+        weights = self.cfg.keys.get(SAMPLE_WEIGHT_ROLE)
+        return arrange(self, self.arrays, f"arrays from {self.where}", self.where,
+                       weight_source=f"array '{weights}'" if weights else None)
 
 
 def arrange(source: Source, arrays: dict[str, np.ndarray], description: str, where: str,
             num_classes: Optional[int] = None, class_names: Optional[tuple[str, ...]] = None,
             details: Optional[dict] = None, origins: Optional[dict[str, str]] = None,
-            label_where: Optional[dict[str, str]] = None) -> Data:
+            label_where: Optional[dict[str, str]] = None, weight_source: Optional[str] = None) -> Data:
     """In-memory arrays by role -> :class:`Data`: labels checked, validation chosen, inputs kept compact.
 
     Validation is, in order: ``data.validation_split`` of the training arrays (a
@@ -214,6 +255,8 @@ def arrange(source: Source, arrays: dict[str, np.ndarray], description: str, whe
         origins: where each split (``train``, ``val``, ``test``) came from, in words;
             default: ``<where>: x_train, y_train`` and so on.
         label_where: where each split's labels are, for messages; default ``<where>: y_train`` ...
+        weight_source: where ``arrays["w_train"]`` (per-sample training weights, checked) came from, in
+            words (``column 'w'``); recorded in the spec's details as ``sample_weight``.
 
     Raises:
         DataError: labels outside ``[0, num_classes)`` or not numbers (see :func:`label_task`).
@@ -238,6 +281,7 @@ def arrange(source: Source, arrays: dict[str, np.ndarray], description: str, whe
         return np.take(a, indices, axis=0, out=aligned_empty((len(indices), *a.shape[1:]), a.dtype))
 
     x_train, y_train = compact("x_train"), label("y_train")
+    w_train = arrays.pop("w_train", None)  # training weights travel with their samples (Split.w)
     validation = test = None
     is_test = False
     if cfg.validation_split is not None:
@@ -245,6 +289,7 @@ def arrange(source: Source, arrays: dict[str, np.ndarray], description: str, whe
         origin = f"validation_split {cfg.validation_split} of the training samples (seed {source.split_seed})"
         validation = Split("validation", origin, taken(x_train, held), taken(y_train, held), size=len(held))
         x_train, y_train = taken(x_train, keep), taken(y_train, keep)
+        w_train = w_train[keep] if w_train is not None else None
     elif "x_val" in arrays:
         x_val = compact("x_val")
         validation = Split("validation", origins["val"], x_val, label("y_val"), size=len(x_val))
@@ -254,7 +299,9 @@ def arrange(source: Source, arrays: dict[str, np.ndarray], description: str, whe
         if validation is None:
             validation, test, is_test = Split("validation", test.origin + " (the test split)", test.x, test.y,
                                               size=test.size), None, True
-    train = Split("train", origins["train"], x_train, y_train, size=len(x_train))
+    train = Split("train", origins["train"], x_train, y_train, size=len(x_train), w=w_train)
+    if w_train is not None:
+        details = {**(details or {}), "sample_weight": weight_source or "given"}
     grey = x_dtype == "uint8" and x_train.ndim == 3  # (N, H, W) images get a channel axis
     spec = DataSpec(kind=cfg.kind, source=description, sample_shape=tuple(x_train.shape[1:]), x_dtype=x_dtype,
                     add_channel=grey, rescale=rescale_for(cfg, x_dtype), task=labels.task,

@@ -124,6 +124,8 @@ class Split:
         batches: for ``builder`` with ``batched: true``: a function returning the
             dataset of global batches; ``size`` then counts batches.
         size: samples (batches for ``batches``), or ``None`` until counted.
+        w: per-sample weights ``(N,)`` float32 of an in-memory training split (``data.sample_weight``,
+            ``data.keys.sample_weight``), or ``None``; its training batches are then ``(x, y, w)``.
     """
 
     name: str
@@ -133,6 +135,7 @@ class Split:
     reader: Optional[Reader] = None
     batches: Optional[Callable[[], Any]] = None
     size: Optional[int] = None
+    w: Optional[np.ndarray] = None
 
     @property
     def in_memory(self) -> bool:

@@ -8,6 +8,12 @@ labels are classes (unless ``model.loss`` is a regression loss such as
 names the file, line and column. ``validation_path`` and ``test_path`` are CSV
 files with the same columns. Feature scales differ in most tables: set
 ``data.normalize: true``.
+
+``data.sample_weight: COLUMN`` reads that column of the training file as each
+row's weight (a finite number >= 0; not a feature): the training batches become
+``(x, y, w)``, which ``fit`` applies as ``sample_weight`` and the custom loop
+multiplies into each sample's loss. Validation and test rows are not weighted
+(their files need no such column).
 """
 
 from __future__ import annotations
@@ -33,13 +39,16 @@ def _number(text: str) -> Optional[float]:
     return value if math.isfinite(value) else None
 
 
-def read_csv(path: Path, key: str, label: str, features: Optional[list[str]], delimiter: str
-             ) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """One CSV file -> ``(x float32 (N, F), y float64 (N,), feature names)``.
+def read_csv(path: Path, key: str, label: str, features: Optional[list[str]], delimiter: str,
+             weight: Optional[str] = None) -> tuple[np.ndarray, np.ndarray, list[str], Optional[np.ndarray]]:
+    """One CSV file -> ``(x float32 (N, F), y float64 (N,), feature names, weights float32 (N,) or None)``.
+
+    Args:
+        weight: the column of per-sample weights (``data.sample_weight``), left out of the features.
 
     Raises:
-        DataError: unreadable, empty, no ``label`` column, a missing feature
-            column, a ragged row, or a cell that is not a finite number.
+        DataError: unreadable, empty, no ``label`` (or ``weight``) column, a missing feature
+            column, a ragged row, a cell that is not a finite number, or a negative weight.
     """
     fix_cells = "put a number in every feature and label cell (fill or drop the rows with missing values)"
     try:
@@ -70,7 +79,14 @@ def read_csv(path: Path, key: str, label: str, features: Optional[list[str]], de
         dupe = next(h for h in header if header.count(h) > 1)
         raise DataError(f"data.{key}: {path} has the column '{dupe}' twice in its header row.",
                         "give every column its own name.")
-    names = features if features is not None else [h for h in header if h != label]
+    if weight is not None and weight not in header:
+        guess = [h for h in header if h.lower() == weight.lower()]
+        said = f" (did you mean '{guess[0]}'?)" if guess else ""
+        raise DataError(
+            f"data.sample_weight: {path} has no column '{weight}'{said}; its columns are {', '.join(header)}.",
+            "set data.sample_weight to the name of the weight column, as written in the header row.",
+        )
+    names = features if features is not None else [h for h in header if h not in (label, weight)]
     missing = [n for n in names if n not in header]
     if missing:
         raise DataError(f"data.features: {path} has no column(s) {', '.join(missing)}; its columns are "
@@ -82,6 +98,8 @@ def read_csv(path: Path, key: str, label: str, features: Optional[list[str]], de
     target = header.index(label)
     x = np.empty((len(rows) - 1, len(cols)), dtype=np.float32)
     y = np.empty(len(rows) - 1, dtype=np.float64)
+    w = np.empty(len(rows) - 1, dtype=np.float32) if weight is not None else None
+    weight_col = header.index(weight) if weight is not None else -1
     for i, row in enumerate(rows[1:]):
         line = i + 2
         if len(row) != len(header):
@@ -108,7 +126,19 @@ def read_csv(path: Path, key: str, label: str, features: Optional[list[str]], de
                 f"{fix_cells}; number text classes 0, 1, ... in the file.",
             )
         y[i] = value
-    return x, y, names
+        if w is not None:
+            value = _number(row[weight_col])
+            if value is None or value < 0:
+                cell = row[weight_col].strip()
+                what = ("is empty" if not cell else f"is {cell!r}, not a finite number" if value is None
+                        else f"is {cell}, below 0")
+                raise DataError(
+                    f"data.sample_weight: {path}, line {line}, weight column '{weight}' {what}; a sample's weight "
+                    "is a finite number >= 0 (0 leaves the row out of the loss).",
+                    "put a weight in every row of that column (1 for an ordinary row).",
+                )
+            w[i] = value
+    return x, y, names, w
 
 
 class CsvSource(Source):
@@ -128,10 +158,13 @@ class CsvSource(Source):
             path = existing(value, key, "a CSV file", f"check data.{key}.")
             if path.is_dir():
                 raise DataError(f"data.{key}: '{value}' is a folder; expected a CSV file.", "name the .csv file.")
-            x, y, names = read_csv(path, key, cfg.label, features, cfg.delimiter)
+            x, y, names, w = read_csv(path, key, cfg.label, features, cfg.delimiter,
+                                      cfg.sample_weight if split == "train" else None)
             if features is None:
                 features = names  # the other files must have the training file's columns
             self.arrays[f"x_{split}"], self.arrays[f"y_{split}"] = x, y
+            if w is not None:  # training weights only: validation and test are not weighted
+                self.arrays["w_train"] = w
             self.files[split] = str(path)
         self.features = features
 
@@ -140,4 +173,5 @@ class CsvSource(Source):
         origins = {"train": self.files["train"], "val": self.files.get("val", ""), "test": self.files.get("test", "")}
         labels = {s: f"{f}, column '{self.cfg.label}'" for s, f in self.files.items()}
         return arrange(self, self.arrays, f"CSV {self.files['train']}", self.files["train"], details=details,
-                       origins=origins, label_where=labels)
+                       origins=origins, label_where=labels,
+                       weight_source=f"column '{self.cfg.sample_weight}'" if self.cfg.sample_weight else None)

@@ -525,7 +525,8 @@ def _in_memory(split: Split, spec: DataSpec, global_batch: int, opts: Any, train
     The arrays are held once: the tensors the batches are gathered from share
     their buffers (:func:`_held`), and validation and test batches are gathered
     in order every pass, like training batches, instead of being cached as
-    float32 (4x the uint8 images).
+    float32 (4x the uint8 images). A training split with weights (``split.w``) gives ``(x, y, w)`` batches,
+    each sample's weight gathered with it.
     """
     import tensorflow as tf  # noqa: PLC0415
 
@@ -533,9 +534,14 @@ def _in_memory(split: Split, spec: DataSpec, global_batch: int, opts: Any, train
     n = len(split.x)
     keep_multi_device_inputs_alive()  # these pipelines run without tf.data's rewrite (options)
     x, y = _held(split.x), _held(split.y)
+    w = _held(aligned(np.asarray(split.w), np.float32)) if train and split.w is not None else None
+
+    def gather(i: Any) -> tuple:
+        batch = apply(tf.gather(x, i), tf.gather(y, i))
+        return batch if w is None else (*batch, tf.gather(w, i))
 
     def gathered(indices: Any) -> Any:
-        ds = indices.map(lambda i: apply(tf.gather(x, i), tf.gather(y, i)), num_parallel_calls=tf.data.AUTOTUNE)
+        ds = indices.map(gather, num_parallel_calls=tf.data.AUTOTUNE)
         return ds.prefetch(tf.data.AUTOTUNE).with_options(opts)
 
     if not train:
@@ -605,7 +611,9 @@ def training_extras(data: Data, data_cfg: DataConfig, seed: Optional[int], class
     Returns:
         ``(post, info)``: ``post(step, (x, y)) -> (x', y[, w])`` for the training
         batches (``None`` when there is nothing to do), and ``{"augment": ...,
-        "class_weight": ...}`` (``summary.json``'s ``data`` section).
+        "class_weight": ..., "sample_weight": {source, min, max, mean}}`` (``summary.json``'s
+        ``data`` section; the training batches carry sample weights already, :func:`_in_memory`, and class
+        weights multiply them).
 
     Raises:
         ConfigError: augmentation of non-image inputs, a size-changing layer in the pipeline; class weights
@@ -616,6 +624,10 @@ def training_extras(data: Data, data_cfg: DataConfig, seed: Optional[int], class
     from . import augment, weights  # noqa: PLC0415
 
     spec, info, steps = data.spec, {}, []
+    if data.train.w is not None:  # data.sample_weight / data.keys.sample_weight, after validation_split
+        w = np.asarray(data.train.w, np.float64)
+        info["sample_weight"] = {"source": spec.details.get("sample_weight"), "min": round(float(w.min()), 6),
+                                 "max": round(float(w.max()), 6), "mean": round(float(w.mean()), 6)}
     if data_cfg.augment:
         augment.check_data(data_cfg.augment, spec.input_shape, data_cfg.augment_on)
         value_range = augment.value_range_of(spec)
