@@ -124,7 +124,8 @@ def test_a_real_run_prints_rounded_epoch_lines_and_keeps_full_values(tmp_path, l
                      "--set", "train.progress=epoch", "--output-dir", str(tmp_path))
     assert result.returncode == 0, result.stderr[-3000:]
     [line] = [x for x in result.stdout.splitlines() if x.startswith("Epoch ")]
-    assert re.fullmatch(r"Epoch 1/1 - (\w+: \d\.\d{4} - ){4}epoch_seconds: [\d.]+ - train_seconds: [\d.]+ - "
+    assert re.fullmatch(r"Epoch 1/1 - (\w+: \d\.\d{4} - ){4}learning_rate: [\d.e+-]+ - epoch_seconds: [\d.]+ - "
+                        r"train_seconds: [\d.]+ - "
                         r"samples_per_second: \d+", line), line
     assert re.search(r"\bloss: ", line) and "val_accuracy: " in line, line  # the metrics keep Keras's 4 decimals
     seconds = re.search(r"epoch_seconds: ([\d.]+)", line).group(1)

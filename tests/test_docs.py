@@ -227,6 +227,9 @@ def classify(c: Command) -> Optional[tuple[str, str]]:
         if sub == "run" and "--resume" in w:
             return SKIP, ("continues the run directory of an earlier, killed run (tests/test_faults.py and "
                           "tests/test_state.py kill runs and resume them)")
+        if sub == "run" and any(x.startswith("model.init_from=") for x in w):
+            return SKIP, ("starts from the run directory of an earlier training run (tests/test_transfer.py trains "
+                          "one and starts from it)")
         if sub == "run":
             recipe = next((a for a in w[2:] if a.endswith((".yaml", ".yml"))), "")
             if recipe_reads_examples(recipe):

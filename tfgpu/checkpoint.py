@@ -205,6 +205,9 @@ class FitFiles:
         self.model = model
         self.directory = directory
 
+    def track(self, optimizer: Any) -> None:
+        """Nothing to do: the file holds the model's compiled optimizer, whichever it is now (``train.unfreeze``)."""
+
     def save(self, epoch: int, step: int, global_step: int) -> dict[str, Any]:
         """Save as ``ckpt-<global_step>.weights.h5``; returns what the commit record keeps of the file.
 
@@ -283,6 +286,14 @@ class CustomFiles:
         self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False)
         self.step = tf.Variable(0, dtype=tf.int64, trainable=False)
         self.directory = directory
+        self.checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, epoch=self.epoch, step=self.step)
+
+    def track(self, optimizer: Any) -> None:
+        """Save (and restore) ``optimizer`` from now on instead of the one given first (``train.unfreeze``
+        replaces the optimizer, :func:`tfgpu.transfer.unfreeze`)."""
+        import tensorflow as tf  # noqa: PLC0415
+
+        model = self.checkpoint.model
         self.checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, epoch=self.epoch, step=self.step)
 
     def save(self, epoch: int, step: int, global_step: int) -> dict[str, Any]:

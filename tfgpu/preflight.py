@@ -123,6 +123,9 @@ def describe_run(cfg: Config, plan: Any) -> dict[str, Any]:
         data["augment"] = {"layers": [_layer_name(x) for x in d.augment], "on": d.augment_on}
     if t.class_weight is not None:  # tfgpu.data.weights
         train["class_weight"] = t.class_weight
+    if d.sample_weight is not None or "sample_weight" in d.keys:  # csv column / arrays key (Split.w)
+        data["sample_weight"] = (f"column '{d.sample_weight}'" if d.sample_weight is not None
+                                 else f"array '{d.keys['sample_weight']}'")
     if t.early_stopping is not None:  # tfgpu.callbacks
         train["early_stopping"] = t.early_stopping.model_dump()
     if t.callbacks:
@@ -177,6 +180,9 @@ def _training_lines(data: dict[str, Any], train: dict[str, Any]) -> list[str]:
                      + ("in the tf.data pipeline (CPU)" if aug["on"] == "pipeline" else "in the model"))
     if train.get("class_weight") is not None:
         lines.append(f"  class weights: {train['class_weight']} (training loss only)")
+    if data.get("sample_weight"):
+        lines.append(f"  sample weights: {data['sample_weight']} (training loss only"
+                     + (", times the class weights)" if train.get("class_weight") is not None else ")"))
     if train.get("early_stopping"):
         es = train["early_stopping"]
         lines.append(f"  early stopping: {es['monitor']} ({es['mode']}), patience {es['patience']}"

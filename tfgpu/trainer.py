@@ -222,6 +222,7 @@ class Trainer:
         self.profile = profile_calls(cfg.train.profile_steps, cfg.train.epochs, pipes.steps_per_epoch, self.per_call)
         self.traces: Optional[dict[str, int]] = None
         self.saver: Any = None
+        self.files: Any = None  # the checkpoint files (Trainer.callbacks), when checkpoints are saved or restored
         self.stop: Optional[ckpt.StopSignals] = None
 
     def _steps_per_call(self) -> tuple[int, str]:
@@ -332,7 +333,12 @@ class Trainer:
         if pipes.info.get("class_weight"):  # train.class_weight (tfgpu.data.weights)
             weights, setting = pipes.info["class_weight"]["weights"], pipes.info["class_weight"]["setting"]
             lines.append(f"class weights ({setting if isinstance(setting, str) else 'given'}): "
-                         + ", ".join(f"{k} {v:.4g}" for k, v in weights.items()) + " (training loss only)")
+                         + ", ".join(f"{k} {v:.4g}" for k, v in weights.items()) + " (training loss only)"
+                         + (", times the sample weights" if pipes.info.get("sample_weight") else ""))
+        if pipes.info.get("sample_weight"):  # data.sample_weight / data.keys.sample_weight (Split.w)
+            sw = pipes.info["sample_weight"]
+            lines.append(f"sample weights: {sw['source']} (min {sw['min']:.4g}, max {sw['max']:.4g}, "
+                         f"mean {sw['mean']:.4g}; training loss only)")
         replicas = f"{info.num_replicas} replica{'s' if info.num_replicas != 1 else ''}"
         lines.append(f"global batch: {plan.batch_size_per_replica} per replica x {replicas} = "
                      f"{info.global_batch_size}; {pipes.steps_per_epoch} steps per epoch; loop: {cfg.train.loop}; "
@@ -377,7 +383,7 @@ class Trainer:
             self.early_stopping = built[0]
         callbacks.extend(built)  # after the CSV row and before the checkpoint (tfgpu.callbacks)
         if self.cfg.train.checkpoint.enabled or state is not None:
-            files = self._files(run)
+            files = self.files = self._files(run)
             if state is not None:
                 with self.info.scope():
                     files.restore(state, run.home / ckpt.CHECKPOINT_DIR)
@@ -436,23 +442,27 @@ class Trainer:
         # stops); without one it stops the run at once (tfgpu.checkpoint.StopSignals).
         deferred = self.stop is not None and self.saver is not None
         with (self.stop.deferred() if deferred else contextlib.nullcontext()):
-            if self.cfg.train.loop == "fit":
-                at, go_on = self.transfer.unfreeze_epoch, True
-                if at is not None and not self.transfer.unfrozen and start.epoch < at:
-                    # train.unfreeze: fit stops after epoch N (its progress counts the whole run), thaw and
-                    # recompile, fit on from N (tfgpu.transfer)
-                    stop = transfer.stop_after(at)
-                    train_fit(self.job(), [*callbacks, stop], progress, (start.epoch, start.step))
-                    go_on = stop.reached  # else a callback (early stopping) ended the run in the first phase
-                    if go_on:
-                        transfer.unfreeze(self)
-                        start = ckpt.Position(at, 0)
+            loop = train_fit if self.cfg.train.loop == "fit" else train_custom
+            at, go_on = self.transfer.unfreeze_epoch, True
+            if at is not None and not self.transfer.unfrozen and start.epoch < at:
+                # train.unfreeze: the loop stops after epoch N (its progress counts the whole run), thaw and
+                # recompile with a new optimizer, train on from N (tfgpu.transfer); the custom loop traces its
+                # step again over the new trainable variables
+                stop = transfer.stop_after(at)
+                self._traced(loop(self.job(), [*callbacks, stop], progress, (start.epoch, start.step)))
+                go_on = stop.reached  # else a callback (early stopping) ended the run in the first phase
                 if go_on:
-                    train_fit(self.job(), callbacks, progress, (start.epoch, start.step))
-            else:
-                self.traces = train_custom(self.job(), callbacks, progress, (start.epoch, start.step))
+                    transfer.unfreeze(self)
+                    start = ckpt.Position(at, 0)
+            if go_on:
+                self._traced(loop(self.job(), callbacks, progress, (start.epoch, start.step)))
         if self.early_stopping is not None:
             self.early_stopping.finish()  # restore_best_weights: the best epoch's weights, before model.keras
+
+    def _traced(self, counts: Optional[dict[str, int]]) -> None:
+        """Add the custom loop's trace counts of one call (``fit`` returns ``None``)."""
+        if counts is not None:
+            self.traces = {k: (self.traces or {}).get(k, 0) + v for k, v in counts.items()}
 
     def save(self, path: Any) -> None:
         """Save the model to ``path`` (``keras.Model.save``: a ``.keras`` file).

@@ -88,8 +88,8 @@ def check(cfg: Any, resuming: bool = False) -> None:
 
     Raises:
         ConfigError: see :func:`source_path`; ``application`` frozen without ``model.application``;
-            ``train.unfreeze`` with nothing frozen, at or after the last epoch, with ``loop: custom``,
-            the JAX backend or a learning-rate schedule (exit 3).
+            ``train.unfreeze`` with nothing frozen, at or after the last epoch, on
+            the JAX backend or with a learning-rate schedule (exit 3).
     """
     if cfg.model.init_from and not resuming:
         source_path(cfg.model.init_from)
@@ -113,19 +113,6 @@ def check(cfg: Any, resuming: bool = False) -> None:
             f"train.unfreeze.epoch: {unfreeze.epoch} is not before the run's end (train.epochs: "
             f"{cfg.train.epochs}); epochs are counted from 0, so the second phase would never run.",
             f"set train.unfreeze.epoch between 1 and {cfg.train.epochs - 1}, or raise train.epochs.",
-        )
-    if cfg.train.loop == "custom":
-        raise ConfigError(
-            "train.unfreeze with train.loop: custom is not supported: the custom loop traces its step over the "
-            "trainable variables once, and tfgpu does not retrace it at the unfreeze epoch.",
-            "use train.loop: fit for two-phase fine-tuning, or run two tfgpu runs (the second with "
-            "model.init_from: FIRST_RUN_DIR and no model.freeze).",
-        )
-    if getattr(cfg, "backend", "tensorflow") == "jax":
-        raise ConfigError(
-            "train.unfreeze with backend: jax is not supported: tfgpu's recompile in the middle of fit is "
-            "tested with TensorFlow only.",
-            "use backend: tensorflow, or run two tfgpu runs (the second with model.init_from: FIRST_RUN_DIR).",
         )
     if getattr(cfg.train, "lr_schedule", None) is not None:
         raise ConfigError(
@@ -381,12 +368,18 @@ def unfreeze(trainer: Any) -> None:
     with trainer.info.scope():
         thaw(transfer.frozen)
         old = trainer.optimizer
-        settings = old.get_config()
+        scaled = getattr(old, "inner_optimizer", None)  # the custom loop's LossScaleOptimizer (mixed_float16)
+        inner = scaled if scaled is not None else old
+        settings = inner.get_config()
         rate = float(settings["learning_rate"]) * transfer.factor
-        new = type(old).from_config({**settings, "learning_rate": rate})
+        new = type(inner).from_config({**settings, "learning_rate": rate})
         compile_args = dict(model._compile_config.config)
         compile_args["optimizer"] = new
         model.compile(**compile_args)
+        if scaled is not None:
+            new = type(old)(new)  # fit wraps its own; the custom loop scales the loss with this one
         new.build(model.trainable_variables)
     trainer.optimizer, trainer.learning_rate = new, rate
+    if trainer.files is not None:
+        trainer.files.track(new)  # the custom loop's checkpoint saves the new optimizer from now on
     transfer.unfrozen = True

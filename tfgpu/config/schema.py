@@ -312,6 +312,8 @@ NEEDS_TENSORFLOW = {"image_folder": "decodes its images with tf.io.decode_image"
 KERAS_DATASETS = ("mnist", "fashion_mnist", "cifar10", "cifar100")
 #: Roles of arrays in an ``arrays`` source; ``data.keys`` renames them.
 ARRAY_ROLES = ("x_train", "y_train", "x_val", "y_val", "x_test", "y_test")
+#: ``data.keys.sample_weight``: the array of per-sample training weights (only when named).
+SAMPLE_WEIGHT_ROLE = "sample_weight"
 #: ``tf.image.resize`` methods (``data.interpolation``).
 INTERPOLATIONS = ("bilinear", "nearest", "bicubic", "area", "lanczos3", "lanczos5", "gaussian", "mitchellcubic")
 
@@ -324,7 +326,7 @@ DATA_KIND_KEYS: dict[str, tuple[str, ...]] = {
     "keras": ("name", "path", "label_mode"),
     "arrays": ("path", "keys", "num_classes"),
     "image_folder": ("path", "validation_path", "test_path", *_IMAGE_KEYS),
-    "csv": ("path", "validation_path", "test_path", "label", "features", "delimiter", "num_classes"),
+    "csv": ("path", "validation_path", "test_path", "label", "features", "delimiter", "num_classes", "sample_weight"),
     "tfrecord": ("path", "validation_path", "test_path", "features", "label", "compression", *_IMAGE_KEYS,
                  "num_classes"),
     "builder": ("builder", "builder_args", "batched", "num_classes"),
@@ -428,9 +430,14 @@ class DataConfig(_Section):
         keys: ``arrays``: the names of the arrays in the ``.npz`` (or the
             ``.npy`` file stems) for each role, e.g. ``{x_train: features,
             y_train: target}``; roles: x_train, y_train, x_val, y_val,
-            x_test, y_test.
+            x_test, y_test, and ``sample_weight``: a 1-D array of per-sample
+            training weights (read only when named here).
         label: ``csv``: the target column; ``tfrecord``, ``tfds``: the label
             feature (``tfds`` default: the supervised label, else ``label``).
+        sample_weight: ``csv``: the column of per-sample training weights
+            (numbers >= 0; not a feature). Training batches become
+            ``(x, y, w)`` (``fit``'s ``sample_weight``); validation and test
+            are not weighted. ``arrays`` names its array in ``keys`` instead.
         features: ``csv``: the feature columns, in order (default: every
             column but the label); ``tfrecord``: the feature spec, a mapping
             name -> :class:`FeatureSpec` (every feature but the label is an
@@ -484,6 +491,7 @@ class DataConfig(_Section):
     interpolation: Literal[INTERPOLATIONS] = "bilinear"
     keys: dict[str, str] = Field(default_factory=dict)
     label: Optional[str] = None
+    sample_weight: Optional[str] = None
     features: Optional[Annotated[
         Union[Annotated[list[str], Tag("list")], Annotated[dict[str, FeatureSpec], Tag("dict")]],
         Discriminator(lambda v: "list" if isinstance(v, list) else "dict"),
@@ -527,8 +535,9 @@ class DataConfig(_Section):
     @classmethod
     def _check_keys(cls, value: dict[str, str]) -> dict[str, str]:
         for role, name in value.items():
-            if role not in ARRAY_ROLES:
-                raise ValueError(f"{role!r} is not an array role; the roles are {', '.join(ARRAY_ROLES)}")
+            if role not in ARRAY_ROLES and role != SAMPLE_WEIGHT_ROLE:
+                raise ValueError(f"{role!r} is not an array role; the roles are {', '.join(ARRAY_ROLES)}, "
+                                 f"{SAMPLE_WEIGHT_ROLE}")
             if not name:
                 raise ValueError(f"the array name for {role} is empty")
         return value
@@ -593,6 +602,15 @@ class DataConfig(_Section):
         if self.augment and kind == "csv":
             raise _kind_error("augment", "data.augment applies image layers, and data.kind csv gives rows of "
                               "features, not images; remove data.augment")
+        if self.sample_weight is not None and kind != "csv":  # tfgpu.data.csv / arrays carry Split.w
+            where = ("an arrays source names its weights array in data.keys: {sample_weight: NAME}"
+                     if kind == "arrays" else
+                     "a builder's datasets are (x, y) pairs, so write the weights into a CSV column or an "
+                     ".npz array" if kind == "builder" else
+                     "convert the data to a CSV with a weight column, or a .npz with a weights array")
+            raise _kind_error("sample_weight", f"data.kind {kind} has no per-sample weights; data.sample_weight "
+                              "is read by kind csv (a column) and, as data.keys.sample_weight, by kind arrays (a "
+                              f"1-D array); {where} (or use train.class_weight to weigh whole classes)")
         allowed = set(_COMMON_DATA_KEYS) | set(DATA_KIND_KEYS[kind])
         # A key of another kind left at its default (as a resolved config.yaml holds them) is harmless.
         fields = type(self).model_fields
@@ -635,6 +653,13 @@ class DataConfig(_Section):
                 raise _kind_error("features", "data.features holds only the label; add the input feature(s)")
         if kind == "csv" and self.features is not None and self.label in self.features:
             raise _kind_error("features", f"the label column {self.label!r} is also listed as a feature")
+        if kind == "csv" and self.sample_weight is not None:
+            if self.sample_weight == self.label:
+                raise _kind_error("sample_weight", f"the weight column {self.sample_weight!r} is also the label "
+                                  "(data.label); name the column that holds each row's weight")
+            if self.features is not None and self.sample_weight in self.features:
+                raise _kind_error("sample_weight", f"the weight column {self.sample_weight!r} is also listed in "
+                                  "data.features; a weight is not an input: remove it from data.features")
         if len(self.delimiter) != 1:
             raise _kind_error("delimiter", f"the delimiter must be one character; received {self.delimiter!r}")
         return self
@@ -1150,6 +1175,12 @@ class Config(_Section):
                     "key_error", "train.class_weight puts per-sample weights into the tf.data training pipeline, "
                     "which backend: jax does not use (tfgpu feeds it NumPy batches); use backend: tensorflow",
                     {"loc": ("train", "class_weight")})
+            if self.data.sample_weight is not None or SAMPLE_WEIGHT_ROLE in self.data.keys:
+                key = "sample_weight" if self.data.sample_weight is not None else "keys"
+                raise PydanticCustomError(
+                    "key_error", f"data.{'sample_weight' if key == 'sample_weight' else 'keys.sample_weight'} puts "
+                    "per-sample weights into the tf.data training pipeline, which backend: jax does not use (tfgpu "
+                    "feeds it NumPy batches); use backend: tensorflow", {"loc": ("data", key)})
         return self
 
     def _check_jax(self) -> None:
