@@ -355,8 +355,9 @@ class Trainer:
     # Training ----------------------------------------------------------------------------------------------------
 
     def callbacks(self, run: Any, state: Optional[dict[str, Any]], start: ckpt.Position) -> list:
-        """Epoch statistics (into ``run.epochs``), ``metrics.csv``, TensorBoard, ``train.early_stopping`` and
-        ``train.callbacks`` (:func:`tfgpu.callbacks.build`) and the checkpoint, in that order.
+        """The learning rate, epoch statistics (into ``run.epochs``), ``metrics.csv``, TensorBoard,
+        ``train.early_stopping`` and ``train.callbacks`` (:func:`tfgpu.callbacks.build`) and the checkpoint, in
+        that order.
 
         ``run`` is the :class:`~tfgpu.rundir.RunDir`; ``state`` the checkpoint
         to restore first (``None``: a fresh start). It is restored whenever the
@@ -372,7 +373,8 @@ class Trainer:
         at = self.transfer.unfreeze_epoch
         if state is not None and at is not None and start.epoch >= at:
             transfer.unfreeze(self)  # train.unfreeze: the checkpoint holds the second phase's optimizer
-        callbacks = [epoch_stats_callback(self.train_samples, run.epochs), learning_rate_callback(self.optimizer),
+        # the rate first: the epoch statistics' rows (summary.json, the custom loop's epoch line) then hold it too
+        callbacks = [learning_rate_callback(self.optimizer), epoch_stats_callback(self.train_samples, run.epochs),
                      keras.callbacks.CSVLogger(str(run.path / "metrics.csv"), append=True)]
         if self.cfg.output.tensorboard:
             calls = tuple(self.profile["calls"]) if self.profile else 0

@@ -106,13 +106,14 @@ def format_epoch(logs: dict[str, float]) -> str:
 
 
 def epoch_stats(callbacks: list, epoch: int) -> dict[str, float]:
-    """The :data:`EPOCH_STATS` figures that :func:`epoch_stats_callback` (among ``callbacks``) recorded for
-    ``epoch`` (from 0), or ``{}``: ``keras.callbacks.CallbackList`` hands the callbacks a copy of the logs, so
-    a loop that prints them reads the figures back here."""
+    """The :data:`EPOCH_STATS` figures (and ``learning_rate``, which a callback before it adds) that
+    :func:`epoch_stats_callback` (among ``callbacks``) recorded for ``epoch`` (from 0), or ``{}``:
+    ``keras.callbacks.CallbackList`` hands the callbacks a copy of the logs, so a loop that prints them reads
+    the figures back here."""
     for callback in callbacks:
         record = getattr(callback, "epochs", None)
         if isinstance(record, Epochs) and record.rows and record.rows[-1].get("epoch") == epoch:
-            return {k: record.rows[-1][k] for k in EPOCH_STATS if k in record.rows[-1]}
+            return {k: record.rows[-1][k] for k in ("learning_rate", *EPOCH_STATS) if k in record.rows[-1]}
     return {}
 
 
