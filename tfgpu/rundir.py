@@ -48,7 +48,7 @@ from typing import Any, Callable, Iterator, Optional
 from . import checkpoint as ckpt
 from .config import Config
 from .errors import DiskFull, Interrupted, OutputError, Preempted, TfgpuError, TrainingError
-from .loops import Epochs
+from .loops import EPOCH_STATS, Epochs
 from .errors import gist
 from .results import (CONFIG_FILE, create_run_dir, disk_full, disk_full_error, failed_file, open_run_dir,
                       process_record, remove_quietly, write_atomic, write_config, write_json)
@@ -305,8 +305,8 @@ class RunDir:
         steady = [r["samples_per_second"] for r in rows[1:]] or [r["samples_per_second"] for r in rows]
         summary["samples_per_second"] = statistics.median(steady) if steady else None
         last = rows[-1] if rows else {}
-        summary["final_metrics"] = {k: v for k, v in last.items()
-                                    if k not in ("epoch", "epoch_seconds", "train_seconds", "samples_per_second")}
+        summary["final_metrics"] = {k: v for k, v in last.items()  # the model's figures: no rate, no timing
+                                    if k not in ("epoch", "learning_rate", *EPOCH_STATS)}
         if str(summary.get("test_metrics_from", "")).startswith("model.evaluate"):  # not the validation's copy
             summary["final_metrics"].update(summary["test_metrics"])
         if error:
