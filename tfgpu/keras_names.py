@@ -5,7 +5,7 @@ cannot ask the modules which layers, optimizers, losses and metrics exist. Keras
 generates one ``__init__.py`` per public package (``keras/layers/__init__.py``,
 ...) made of ``from keras.src.<module> import Name as Name`` lines; this module
 finds the installed package with :func:`importlib.util.find_spec` (which does not
-import it) and reads those lines with :mod:`ast`. :func:`tfgpu.model.name_table`
+import it) and reads those lines with :mod:`ast`. :func:`name_table`
 turns the class names into the spellings a recipe may use; ``tests/test_preflight.py``
 checks in a process that imports Keras that they equal the imported modules' classes.
 """
@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import ast
 import functools
+import re
 from pathlib import Path
-from typing import Optional
+from typing import Iterable, Optional
 
 from .imports import package_folders
 
@@ -83,3 +84,27 @@ def class_names(kind: str) -> Optional[list[str]]:
         return None
     return sorted(n for n, module in names.items()
                   if n[:1].isupper() and n != base and n not in NOT_SUBCLASSES and module.startswith("keras.src"))
+
+
+def snake(name: str) -> str:
+    """``CosineDecay`` -> ``cosine_decay``, ``SGD`` -> ``sgd``: Keras's snake_case form of a class name."""
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", name).lower()
+
+
+def name_table(kind: str, classes: Iterable[str]) -> dict[str, str]:
+    """The spellings a recipe may use for the Keras classes of ``kind`` -> the class's exported name.
+
+    Layers: the class names only (``Conv2D``). Optimizers, losses, metrics: also
+    the lower-case and snake_case forms (``adam``, ``sparse_categorical_crossentropy``);
+    the first class (in sorted order) keeps a form two classes share. Both the
+    check before TensorFlow starts (:func:`tfgpu.model.check_names`, with the names read from
+    Keras's files: :func:`class_names`) and the build (:func:`tfgpu.model.imported_names`,
+    with the imported modules) use this table, so they accept and refuse the same names.
+    """
+    table: dict[str, str] = {}
+    for attr in sorted(classes):
+        table[attr] = attr
+        if kind != "layer":
+            table.setdefault(attr.lower(), attr)
+            table.setdefault(snake(attr), attr)
+    return table

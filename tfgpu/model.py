@@ -12,13 +12,13 @@ from __future__ import annotations
 import difflib
 import inspect
 import math
-import re
 from dataclasses import dataclass
-from typing import Any, Iterable, Optional
+from typing import Any, Optional
 
 from .config import ModelConfig
 from .errors import ConfigError, gist
 from .imports import import_function, keyword_arguments
+from .keras_names import name_table, snake
 
 
 def _keras() -> Any:
@@ -27,38 +27,15 @@ def _keras() -> Any:
     return keras
 
 
-def _snake(name: str) -> str:
-    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", name).lower()
-
-
-def name_table(kind: str, classes: Iterable[str]) -> dict[str, str]:
-    """The spellings a recipe may use for the Keras classes of ``kind`` -> the class's exported name.
-
-    Layers: the class names only (``Conv2D``). Optimizers, losses, metrics: also
-    the lower-case and snake_case forms (``adam``, ``sparse_categorical_crossentropy``);
-    the first class (in sorted order) keeps a form two classes share. Both the
-    check before TensorFlow starts (:func:`check_names`, with the names read from
-    Keras's files: :mod:`tfgpu.keras_names`) and the build (:func:`imported_names`,
-    with the imported modules) use this table, so they accept and refuse the same names.
-    """
-    table: dict[str, str] = {}
-    for attr in sorted(classes):
-        table[attr] = attr
-        if kind != "layer":
-            table.setdefault(attr.lower(), attr)
-            table.setdefault(_snake(attr), attr)
-    return table
-
-
 def imported_names(kind: str, module: Any, base: type) -> dict[str, str]:
-    """:func:`name_table` of the classes an imported Keras module exports that subclass ``base``."""
+    """:func:`tfgpu.keras_names.name_table` of the classes an imported Keras module exports that subclass ``base``."""
     return name_table(kind, [attr for attr in dir(module) if inspect.isclass(obj := getattr(module, attr))
                              and issubclass(obj, base) and obj is not base])
 
 
 def file_names(kind: str) -> Optional[dict[str, str]]:
-    """:func:`name_table` of the classes Keras's package files export (no import), or ``None`` where they
-    cannot be read (:func:`tfgpu.keras_names.class_names`)."""
+    """:func:`tfgpu.keras_names.name_table` of the classes Keras's package files export (no import), or
+    ``None`` where they cannot be read (:func:`tfgpu.keras_names.class_names`)."""
     from .keras_names import class_names  # noqa: PLC0415
 
     classes = class_names(kind)
@@ -100,7 +77,8 @@ ALIASES = {"mse": "mean_squared_error", "mae": "mean_absolute_error", "mape": "m
 
 
 def lookup(key: str, kind: str, name: str, table: dict[str, str]) -> str:
-    """The exported class name ``name`` spells in ``table`` (:func:`name_table`); aliases (``mse``) spelled out.
+    """The exported class name ``name`` spells in ``table`` (:func:`tfgpu.keras_names.name_table`); aliases
+    (``mse``) spelled out.
 
     Raises:
         ConfigError: no such name, with the closest one (``Did you mean 'Dense'?``).
@@ -213,7 +191,7 @@ def make_optimizer(spec: Any, lr_scale: float = 1.0, lr_schedule: Optional[dict[
 
 def loss_name(spec: Any) -> str:
     """The snake_case name of a loss spec, aliases spelled out (``"mse"`` -> ``"mean_squared_error"``)."""
-    name = _snake(_split_spec(spec)[0]) if isinstance(spec, (str, dict)) and _split_spec(spec)[0] else ""
+    name = snake(_split_spec(spec)[0]) if isinstance(spec, (str, dict)) and _split_spec(spec)[0] else ""
     return ALIASES.get(name, name)
 
 

@@ -29,7 +29,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from .keras_names import class_names, exported, keras_root
+from .keras_names import class_names, exported, keras_root, name_table
 
 #: tfgpu's short names -> the Keras class (``None``: a constant rate after the warmup).
 SHORT_NAMES: dict[str, Optional[str]] = {"constant": None, "cosine": "CosineDecay",
@@ -51,19 +51,13 @@ WARMUP_FRACTION = 0.1
 DEFAULT_DECAY_RATE = 0.1
 
 
-def _snake(name: str) -> str:
-    import re  # noqa: PLC0415
-
-    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", name).lower()
-
-
 @functools.lru_cache(maxsize=None)
 def _table() -> dict[str, Optional[str]]:
-    """Every spelling ``name`` may take -> the Keras class (``None``: constant)."""
+    """Every spelling ``name`` may take -> the Keras class (``None``: constant): the short names, then
+    :func:`tfgpu.keras_names.name_table`'s spellings of the classes."""
     table: dict[str, Optional[str]] = dict(SHORT_NAMES)
-    for cls in class_names("schedule") or _FALLBACK:
-        for spelling in (cls, cls.lower(), _snake(cls)):
-            table.setdefault(spelling, cls)
+    for spelling, cls in name_table("schedule", class_names("schedule") or _FALLBACK).items():
+        table.setdefault(spelling, cls)
     return table
 
 
@@ -358,9 +352,8 @@ def base_rate_of(optimizer_spec: Any) -> Optional[float]:
         return float(rate)
     if rate is not None:
         return None
-    # The spellings tfgpu.model.name_table accepts (Adam, adam); an unknown name is the model check's to report.
-    classes = {spelling: c for c in sorted(class_names("optimizer") or [])
-               for spelling in (c, c.lower(), _snake(c))}
+    # The spellings tfgpu.keras_names.name_table accepts (Adam, adam); an unknown name is the model check's to report.
+    classes = name_table("optimizer", class_names("optimizer") or [])
     cls = classes.get(str(name)) or classes.get(str(name).lower())
     return default_rate(cls) if cls else None
 
