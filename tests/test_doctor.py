@@ -65,7 +65,8 @@ def tf_facts(gpus: int = 2, build=None, log: str = "", **kw) -> TensorflowFacts:
 
 def libraries(*missing: str) -> tuple[Library, ...]:
     return tuple(Library(name, role, pkg, None if name in missing else f"/venv/nvidia/lib/{name}",
-                         f"{name}: cannot open shared object file: No such file or directory" if name in missing else None)
+                         f"{name}: cannot open shared object file: No such file or directory" if name in missing else None,
+                         None if name in missing or not pkg else "12.9.79")
                  for name, role, pkg in LIBRARIES)
 
 
@@ -99,7 +100,9 @@ def test_a_healthy_two_gpu_host_has_no_errors_or_warnings():
     seen = find(findings, "tensorflow-gpus", "ok").seen
     assert "2 of 2 visible GPU(s)" in seen and "compute capability 8.0" in seen
     assert "driver 555.42.06 (supports CUDA 12.5); NVML lists 2 GPU(s)" in find(findings, "driver", "ok").seen
-    assert "all 10 load" in find(findings, "cuda-libraries", "ok").seen
+    libs = find(findings, "cuda-libraries", "ok").seen
+    assert "all 12 load: libcuda.so.1, libcudart.so.12 12.9.79," in libs and "libcupti.so.12 12.9.79" in libs
+    assert "TensorFlow 2.21.0 was built against CUDA 12.5.1 and cuDNN 9" in libs
     assert "2 replica(s), global batch 64" in find(findings, "config", "ok").seen
 
 
@@ -109,6 +112,52 @@ def test_a_machine_without_any_nvidia_gpu_is_a_warning_not_an_error():
     assert "this machine shows no NVIDIA GPU" in find(findings, "driver", "warning").seen
     assert "no GPU on this machine" in find(findings, "tensorflow-gpus", "ok").seen
     assert not [f for f in findings if f.check == "cuda-libraries"]  # no GPU: missing CUDA libraries are no problem
+
+
+def test_the_cuda_wheels_without_a_gpu_are_listed_and_the_only_error_is_the_driver():
+    """The GPU image started without --gpus: every library of tensorflow[and-cuda] loads (with its version),
+    the driver's libcuda.so.1 cannot, and that is the one error."""
+    findings = diagnose(facts(no_gpu_machine(in_container=True), tf=tf_facts(0), libs=libraries("libcuda.so.1")))
+    seen = find(findings, "cuda-libraries", "ok").seen
+    assert seen.startswith("all 11 load: libcudart.so.12 12.9.79, libcublas.so.12 12.9.79"), seen
+    for name in ("libcudnn.so.9", "libcufft.so.11", "libcusparse.so.12", "libcusolver.so.11", "libcurand.so.10",
+                 "libnccl.so.2", "libnvJitLink.so.12", "libcupti.so.12"):
+        assert f"{name} 12.9.79" in seen
+    assert "TensorFlow 2.21.0 was built against CUDA 12.5.1 and cuDNN 9" in seen
+    errors = [f for f in findings if f.level == "error"]
+    assert [f.check for f in errors] == ["cuda-driver-library"], report(findings)
+    assert "libcuda.so.1 (the NVIDIA driver's CUDA library) cannot be loaded" in errors[0].seen
+    assert "--gpus all" in errors[0].fix
+
+
+def test_some_cuda_wheels_missing_without_a_gpu_is_a_warning_naming_them():
+    findings = diagnose(facts(no_gpu_machine(), tf=tf_facts(0), libs=libraries("libcuda.so.1", "libcudnn.so.9")))
+    f = find(findings, "cuda-libraries", "warning")
+    assert "10 of 11 load" in f.seen and "libcudnn.so.9 (cuDNN 9, pip nvidia-cudnn-cu12)" in f.seen
+    assert "pip install 'tensorflow[and-cuda]==2.21.0' (provides nvidia-cudnn-cu12)" in f.fix
+
+
+def test_a_cpu_only_tensorflow_build_never_judges_cuda_libraries_without_a_gpu():
+    cpu_build = {"is_cuda_build": False}
+    findings = diagnose(facts(no_gpu_machine(), tf=tf_facts(0, build=cpu_build), libs=libraries("libcuda.so.1")))
+    assert not [f for f in findings if f.check.startswith("cuda-")], report(findings)
+
+
+def test_a_library_version_comes_from_its_wheel_or_its_file_name(tmp_path):
+    from tfgpu.probe import _library_version
+
+    plain = tmp_path / "lib" / "libcudart.so.12.5.82"
+    plain.parent.mkdir()
+    plain.write_bytes(b"")
+    (tmp_path / "lib" / "libcudart.so.12").symlink_to(plain.name)
+    assert _library_version(str(tmp_path / "lib" / "libcudart.so.12"), "libcudart.so.12", "nvidia-cuda-runtime-cu12") == "12.5.82"
+    wheel = tmp_path / "site-packages" / "nvidia" / "cu" / "lib" / "libcudart.so.12"
+    wheel.parent.mkdir(parents=True)
+    wheel.write_bytes(b"")
+    import importlib.metadata as md
+
+    assert _library_version(str(wheel), "libcudart.so.12", "pytest") == md.version("pytest")
+    assert _library_version(str(wheel), "libcudart.so.12", "no-such-wheel-cu12") is None
 
 
 # ------------------------------------------------------------ driver and NVML
@@ -240,7 +289,7 @@ def test_missing_cuda_libraries_are_each_named_with_their_wheel():
            "sure the missing libraries mentioned above are installed properly")
     findings = diagnose(facts(tf=tf_facts(0, log=log), libs=libraries("libcudnn.so.9", "libcufft.so.11")))
     f = find(findings, "cuda-libraries", "error")
-    assert "2 of 10 cannot be loaded" in f.seen
+    assert "2 of 12 cannot be loaded" in f.seen
     assert "libcudnn.so.9 (cuDNN 9, pip nvidia-cudnn-cu12)" in f.seen and "libcufft.so.11 (cuFFT 11" in f.seen
     assert "pip install 'tensorflow[and-cuda]==2.21.0'" in f.fix and "nvidia-cudnn-cu12" in f.fix
     cause = find(findings, "tensorflow-gpus", "error").seen

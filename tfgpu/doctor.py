@@ -368,15 +368,70 @@ def _missing_libraries(facts: Facts) -> list[Library]:
     return [lib for lib in facts.libraries if lib.path is None]
 
 
-def check_libraries(facts: Facts, config: Optional[Config]) -> list[Finding]:
-    """Each CUDA/cuDNN library TensorFlow needs, found by trying to load it."""
-    m = facts.machine
-    if not m.nvml_gpus or not facts.libraries or _jax_backend(config):
+def _library_list(libraries: list[Library]) -> str:
+    return ", ".join(lib.name + (f" {lib.version}" if lib.version else "") for lib in libraries)
+
+
+def _built_against(facts: Facts) -> str:
+    """``"; TensorFlow 2.21.0 was built against CUDA 12.5.1 and cuDNN 9"`` when TensorFlow was asked, else ``""``."""
+    tf = facts.tensorflow
+    build = tf.build_info if tf is not None and tf.version else {}
+    if not build.get("cuda_version"):
+        return ""
+    return f"; TensorFlow {tf.version} was built against CUDA {build['cuda_version']} and cuDNN {build.get('cudnn_version') or '?'}"
+
+
+def _libraries_without_gpu(facts: Facts) -> list[Finding]:
+    """The CUDA libraries where NVML lists no GPU: judged only where TensorFlow is a CUDA build and the
+    CUDA wheels (or a system CUDA) are there, e.g. the GPU image started without --gpus; a CPU-only
+    host has neither and gets nothing. The driver's libcuda.so.1 then cannot be there either: an error,
+    since the CUDA libraries are installed to be used."""
+    tf = facts.tensorflow
+    if tf is None or not tf.version or not tf.build_info.get("is_cuda_build"):
         return []
+    toolkit = [lib for lib in facts.libraries if lib.package]
+    found = [lib for lib in toolkit if lib.path is not None]
+    if not found:
+        return []
+    missing = [lib for lib in toolkit if lib.path is None]
+    out = []
+    if missing:
+        names = "; ".join(f"{lib.name} ({lib.role}, pip {lib.package}): {lib.error or 'not found'}" for lib in missing)
+        version = facts.packages.get("tensorflow") or tf.version
+        out.append(Finding("cuda-libraries", "warning", "CUDA libraries",
+                           f"{len(found)} of {len(toolkit)} load ({_library_list(found)}), {len(missing)} cannot: "
+                           f"{names}{_built_against(facts)}",
+                           f"pip install 'tensorflow[and-cuda]=={version}' (provides "
+                           f"{', '.join(sorted({lib.package for lib in missing}))})."))
+    else:
+        out.append(Finding("cuda-libraries", "ok", "CUDA libraries",
+                           f"all {len(toolkit)} load: {_library_list(toolkit)}{_built_against(facts)}"))
+    driver = [lib for lib in facts.libraries if not lib.package and lib.path is None]
+    if driver:
+        out.append(Finding("cuda-driver-library", "error", "CUDA driver library",
+                           f"{driver[0].name} ({driver[0].role}) cannot be loaded: "
+                           f"{driver[0].error or 'not found'}; the CUDA libraries are installed, but without "
+                           "the driver and a GPU TensorFlow runs on the CPU",
+                           "run on a machine with an NVIDIA GPU and its driver (check with nvidia-smi); in a "
+                           "container start it with --gpus all so the NVIDIA Container Toolkit mounts the "
+                           "driver's libcuda.so.1."))
+    return out
+
+
+def check_libraries(facts: Facts, config: Optional[Config]) -> list[Finding]:
+    """Each CUDA/cuDNN library TensorFlow needs, found by trying to load it, with its version.
+
+    Without a GPU (NVML lists none) see :func:`_libraries_without_gpu`."""
+    m = facts.machine
+    if not facts.libraries or _jax_backend(config):
+        return []
+    if not m.nvml_gpus:
+        return _libraries_without_gpu(facts)
     missing = _missing_libraries(facts)
     if not missing:
         return [Finding("cuda-libraries", "ok", "CUDA libraries",
-                        f"all {len(facts.libraries)} load: " + ", ".join(lib.name for lib in facts.libraries))]
+                        f"all {len(facts.libraries)} load: {_library_list(list(facts.libraries))}"
+                        f"{_built_against(facts)}")]
     driver = [lib for lib in missing if lib.name.startswith("libcuda.so")]
     wheels = sorted({lib.package for lib in missing if lib.package})
     names = "; ".join(f"{lib.name} ({lib.role}{', pip ' + lib.package if lib.package else ''}): "

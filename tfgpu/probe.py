@@ -302,6 +302,10 @@ class Library:
         package: the pip wheel that provides it (``tensorflow[and-cuda]``).
         path: where it was loaded from, or ``None``.
         error: the loader's message when it could not be loaded.
+        version: its version where it can be told: the pip wheel's version when
+            it was loaded from the wheel, else the part of the file name after
+            the soname (``libcudart.so.12.5.82`` -> ``"12.5.82"``); ``None``
+            otherwise (and in facts saved before versions were recorded).
     """
 
     name: str
@@ -309,6 +313,7 @@ class Library:
     package: str
     path: Optional[str] = None
     error: Optional[str] = None
+    version: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -749,6 +754,8 @@ CUDA12_LIBRARIES = (
     ("libcusparse.so.12", "cuSPARSE 12", "nvidia-cusparse-cu12"),
     ("libnvJitLink.so.12", "nvJitLink 12", "nvidia-nvjitlink-cu12"),
     ("libnccl.so.2", "NCCL 2", "nvidia-nccl-cu12"),
+    ("libcurand.so.10", "cuRAND 10", "nvidia-curand-cu12"),
+    ("libcupti.so.12", "CUPTI 12 (the profiler's)", "nvidia-cuda-cupti-cu12"),
 )
 
 
@@ -766,22 +773,55 @@ def cuda_libraries(cudnn_major: str = "9") -> list[tuple[str, str, str]]:
             *CUDA12_LIBRARIES[7:]]
 
 
+def _loaded_file(name: str, maps: str = "/proc/self/maps") -> Optional[str]:
+    """The file this process mapped for the library ``name`` (after loading it by soname), or ``None``."""
+    try:
+        with open(maps, encoding="utf-8", errors="replace") as f:
+            paths = {line.split(None, 5)[-1].strip() for line in f if "/" in line}
+    except OSError:
+        return None
+    for path in sorted(paths):
+        base = os.path.basename(path)
+        if base == name or base.startswith(name + "."):
+            return path
+    return None
+
+
+def _library_version(path: str, name: str, package: str) -> Optional[str]:
+    """The version of the library at ``path``: its pip wheel's when the file is in a wheel, else the
+    file name's after the soname (``libcudart.so.12.5.82``), else ``None``."""
+    real = os.path.realpath(path)
+    if package and f"{os.sep}nvidia{os.sep}" in real:
+        try:
+            return metadata.version(package)
+        except metadata.PackageNotFoundError:
+            pass
+    base = os.path.basename(real)
+    if base.startswith(name + "."):
+        return base.split(".so.", 1)[1]
+    return None
+
+
 def probe_libraries(cudnn_major: str = "9", platform: str = sys.platform) -> tuple[Library, ...]:
     """Try to load each CUDA library TensorFlow needs, the way TensorFlow looks for it.
 
     First by soname (``LD_LIBRARY_PATH``, the ``ldconfig`` cache), then in the
     ``nvidia-*-cu12`` wheels' ``lib`` folders. Loading a library does not
-    initialise CUDA. Returns nothing off Linux (TensorFlow has no CUDA build there).
+    initialise CUDA (``ctypes.CDLL``, i.e. ``dlopen``). Each result has the
+    file loaded and its version where it can be told (:class:`Library`).
+    Returns nothing off Linux (TensorFlow has no CUDA build there).
     """
     if not platform.startswith("linux"):
         return ()
     dirs = _wheel_dirs()
     results = []
     for name, role, package in cuda_libraries(cudnn_major):
-        path, error = None, None
+        path, error, version = None, None, None
         try:
             ctypes.CDLL(name)
-            path = name + " (system library path)"
+            loaded = _loaded_file(name)
+            path = loaded or name + " (system library path)"
+            version = _library_version(loaded, name, package) if loaded else None
         except OSError as exc:
             error = str(exc)
             for folder in dirs:
@@ -790,10 +830,11 @@ def probe_libraries(cudnn_major: str = "9", platform: str = sys.platform) -> tup
                     try:
                         ctypes.CDLL(candidate)
                         path, error = candidate, None
+                        version = _library_version(candidate, name, package)
                         break
                     except OSError as inner:
                         error = str(inner)
-        results.append(Library(name, role, package, path, error))
+        results.append(Library(name, role, package, path, error, version))
     return tuple(results)
 
 
