@@ -218,6 +218,9 @@ def classify(c: Command) -> Optional[tuple[str, str]]:
         sub = w[1] if len(w) > 1 else ""
         if "--help" in w or "-h" in w or sub in ("", "--version"):
             return RUN, "help"
+        if sub == "export" and len(w) > 2 and w[2] in ("savedmodel", "onnx", "litert"):
+            return SKIP, ("needs the run directory of a finished training run (tests/test_artifacts.py trains runs "
+                          "and exports them in every format)")
         if sub in ("plan", "export"):
             return RUN, "no TensorFlow: well under a second"
         if sub in ("devices", "doctor"):
@@ -237,6 +240,8 @@ def classify(c: Command) -> Optional[tuple[str, str]]:
             return PLAN, "trains (minutes): checked as `tfgpu plan` with the same recipe and settings"
         if sub == "evaluate":
             return SKIP, "needs the run directory of a finished training run (tests/test_data_e2e.py evaluates one)"
+        if sub == "predict":
+            return SKIP, "needs the run directory of a finished training run (tests/test_predict.py trains and predicts)"
         if sub == "launch":
             return SLOW, "trains: runs the script for real (tests/test_examples.py checks its accuracy)"
         if sub == "bench":
@@ -254,9 +259,10 @@ def classify(c: Command) -> Optional[tuple[str, str]]:
         return None
     if prog == "pip":
         return SKIP, "installs packages (.ci/run installs the test extra, which includes jax and tfds)"
-    if prog in ("docker", "podman") or (prog == "sudo" and "containers/build_cpu_image.sh" in w):
+    if prog in ("docker", "podman") or (prog == "sudo" and {"containers/build_cpu_image.sh",
+                                                               "containers/build_gpu_image.sh"} & set(w)):
         return SKIP, ("needs a container engine (tests/test_docker.py checks the docker run lines, "
-                      "tests/test_container.py builds and runs the CPU image with podman)")
+                      "tests/test_container.py builds and runs the CPU and GPU images with podman)")
     if prog in ("sbatch", "kubectl"):
         return SKIP, "needs a Slurm or Kubernetes cluster (tests/test_cluster.py checks the exported files)"
     if prog == "kill":
@@ -475,8 +481,9 @@ def test_every_documented_tfgpu_option_exists(command: Command):
 
 
 def slug(heading: str) -> str:
-    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
-    text = re.sub(r"[`*_]|\[([^\]]*)\]\([^)]*\)", r"\1", heading.strip().lower())
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens (an underscore inside a
+    word, as in ``build_gpu_image.sh``, is kept; one that marks emphasis is not)."""
+    text = re.sub(r"[`*]|(?<!\w)_|_(?!\w)|\[([^\]]*)\]\([^)]*\)", r"\1", heading.strip().lower())
     return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
 
 

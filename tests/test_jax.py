@@ -5,7 +5,8 @@ are skipped, unless ``TFGPU_JAX_TESTS=required`` (set by ``.ci/run``), which
 makes a missing JAX a failure. Every run here happens in a child process in
 which ``import tensorflow`` fails (``sys.modules['tensorflow'] = None``), as on
 a host where TensorFlow is not installed: a JAX run that touched TensorFlow
-would fail.
+would fail. Exports are the exception: Keras writes a JAX model's SavedModel through
+``jax.experimental.jax2tf``, which needs TensorFlow, so those run with it.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -92,6 +94,60 @@ def test_a_jax_run_is_evaluated_without_tensorflow(jax_and_tf_runs):
     assert report["splits"]["test"]["samples"] == 10_000
     assert report["splits"]["test"]["accuracy"] == pytest.approx(final(run_dir)["final_metrics"]["val_accuracy"],
                                                                   abs=1e-4)
+
+
+@pytest.mark.slow
+def test_a_jax_run_predicts_new_arrays_without_tensorflow(jax_and_tf_runs, tmp_path):
+    """tfgpu predict on the 10,000 MNIST test digits as raw uint8 arrays, on JAX's 2 devices, TensorFlow absent:
+    the accuracy is the run's own val_accuracy (the same digits), and the rows are written."""
+    (_, run_dir), _ = jax_and_tf_runs
+    digits = np.load(Path(child_env()["TFGPU_DATA_DIR"]) / "mnist" / "mnist.npz")
+    npz = tmp_path / "digits.npz"
+    np.savez(npz, x=digits["x_test"], y=digits["y_test"])
+    out_file = tmp_path / "preds.csv"
+    out = run_without_tf("predict", str(run_dir), str(npz), "-o", str(out_file))
+    assert out.returncode == 0, out.stdout + out.stderr[-3000:]
+    record = json.loads(Path(f"{out_file}.json").read_text())
+    assert record["count"] == 10_000 and record["backend"] == "jax"
+    assert record["accuracy"] == pytest.approx(final(run_dir)["final_metrics"]["val_accuracy"], abs=1e-4)
+    with open(out_file, newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 10_000 and rows[0]["id"] == f"{npz}[0]"
+    assert sum(row["class"] == row["label"] for row in rows) == record["correct"]
+
+
+@pytest.mark.slow
+def test_a_jax_run_exports_what_keras_exports_on_jax_and_refuses_the_rest(jax_and_tf_runs, tmp_path):
+    """The JAX run: savedmodel on JAX (jax2tf), verified in TensorFlow's loader; litert refused with the reason
+    (Keras converts LiteRT from a TensorFlow graph only); onnx without jax2onnx refused naming it; both refusals
+    before any work, and --set backend=tensorflow exports the same model.keras through TensorFlow."""
+    (_, run_dir), _ = jax_and_tf_runs
+    saved = run_cli("export", "savedmodel", str(run_dir), "-o", str(tmp_path / "served" / "mnist"))
+    assert saved.returncode == 0, saved.stdout + saved.stderr[-3000:]
+    record = json.loads((tmp_path / "served" / "mnist" / "1" / "export.json").read_text())
+    assert record["versions"]["backend"] == "jax" and record["versions"]["jax"]
+    assert record["source_run"]["backend"] == "jax" and record["input"]["shape"] == [-1, 28, 28]
+    check = record["verification"]
+    assert check["passed"] and check["max_abs_diff"] <= 1e-4 and check["runtime"].startswith("tensorflow")
+    assert check["classes_identical"] == check["samples"] == 256
+    litert = run_cli("export", "litert", str(run_dir), "-o", str(tmp_path / "m.tflite"))
+    assert litert.returncode == 3, litert.stderr[-2000:]
+    assert "backend: jax" in litert.stderr and "TensorFlow and PyTorch backends only" in litert.stderr
+    assert "--set backend=tensorflow" in litert.stderr
+    one_paragraph(litert.stderr)
+    if importlib.util.find_spec("jax2onnx") is None:
+        onnx = run_cli("export", "onnx", str(run_dir), "-o", str(tmp_path / "m.onnx"))
+        assert onnx.returncode == 3, onnx.stderr[-2000:]
+        assert "no module jax2onnx" in onnx.stderr and "pip install jax2onnx" in onnx.stderr, onnx.stderr
+        assert "--set backend=tensorflow" in onnx.stderr
+        one_paragraph(onnx.stderr)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["served"]
+    through_tf = run_cli("export", "litert", str(run_dir), "-o", str(tmp_path / "m.tflite"),
+                         "--set", "backend=tensorflow")
+    assert through_tf.returncode == 0, through_tf.stdout + through_tf.stderr[-3000:]
+    record = json.loads((tmp_path / "m.tflite.export.json").read_text())
+    assert record["versions"]["backend"] == "tensorflow" and record["source_run"]["backend"] == "jax"
+    assert record["verification"]["passed"] and record["verification"]["max_abs_diff"] <= 1e-4
 
 
 @pytest.mark.slow

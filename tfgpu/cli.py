@@ -79,6 +79,7 @@ def main() -> None:
     tfgpu run recipes/mnist.yaml                      train a recipe
     tfgpu run recipes/mnist.yaml --set train.loop=custom
     tfgpu evaluate runs/mnist-20261123-101500        evaluate a run's saved model
+    tfgpu predict runs/mnist-20261123-101500 photos/ -o preds.csv   the model on new inputs
     tfgpu plan recipes/mnist.yaml                     show what would be applied
     tfgpu devices                                     GPUs (NVML) and TensorFlow's devices
     tfgpu doctor                                      why TensorFlow does not see the GPU
@@ -87,6 +88,7 @@ def main() -> None:
     tfgpu run --resume runs/mnist-20261123-101500     continue a killed run from its checkpoint
     tfgpu launch recipes/gpu.yaml -- recipes/scripts/train.py   your own script, the config applied
     tfgpu export slurm|tfjob recipes/mnist.yaml       a Slurm batch script or a Kubeflow TFJob
+    tfgpu export onnx runs/mnist-20261123-101500      a run's model as SavedModel/ONNX/LiteRT, verified
 
     Exit codes: 0 ok, 2 usage, 3 config, 4 device, 5 data, 6 TensorFlow already
     initialised, 7 training failed, 8 output not writable, 9 doctor found an
@@ -221,6 +223,36 @@ def evaluate(run_dir: str, overrides: tuple[str, ...], splits: str) -> None:
     from .evaluate import evaluate_run  # noqa: PLC0415
 
     evaluate_run(run_dir, overrides, ("validation", "test") if splits == "all" else (splits,))
+
+
+@main.command(context_settings=CONTEXT)
+@click.argument("run_dir", type=click.Path())
+@click.argument("inputs", nargs=-1, required=True, metavar="INPUT...")
+@click.option("--output", "-o", metavar="FILE",
+              help="Write the rows to FILE: .csv, .jsonl or .npy by its extension (none: CSV), and the record to "
+                   "FILE.json. Default: CSV on stdout.")
+@click.option("--top-k", type=click.IntRange(1, None), default=3, show_default=True,
+              help="Classes listed per row, most probable first (classifiers).")
+@click.option("--batch-size", type=click.IntRange(1, None), metavar="N",
+              help="Samples per step over all replicas. Default: the run's batch_size_per_replica x replicas.")
+@_set_option_with("devices.cpu_logical_devices=2")
+@click.option("--skip-bad", is_flag=True,
+              help="Leave out image files that cannot be read (listed in the record) instead of failing.")
+@handle_errors
+def predict(run_dir: str, inputs: tuple[str, ...], output: str | None, top_k: int, batch_size: int | None,
+            overrides: tuple[str, ...], skip_bad: bool) -> None:
+    """Run RUN_DIR's model on new INPUTs: image files or folders, CSV files, .npy/.npz arrays.
+
+    Inputs are read as the run's data source read them (image size, colour
+    mode, interpolation; CSV columns by name), checked before TensorFlow
+    starts, and predicted on the run's devices (--set devices.* to change).
+    One row per input: its id, the predicted class, its probability and the
+    top-k (regression: the value); with labels (class sub-folders, the CSV's
+    label column, y in an .npz) also the label, and the accuracy in the record.
+    """
+    from .predict import predict as predict_inputs  # noqa: PLC0415
+
+    predict_inputs(run_dir, inputs, output, top_k, batch_size, overrides, skip_bad)
 
 
 _machine_option = click.option(
@@ -413,15 +445,20 @@ def doctor(recipe: str | None, overrides: tuple[str, ...], as_json: bool, quiet:
 
 @main.group(context_settings=CONTEXT)
 def export() -> None:
-    """Write a recipe as a Slurm batch script or a Kubeflow TFJob manifest.
+    """Write a recipe as a Slurm batch script or a Kubeflow TFJob manifest, or a run's model as an artifact.
 
     \b
+    tfgpu export savedmodel runs/mnist-20261123-101500   TF Serving's NAME/VERSION/ layout
+    tfgpu export onnx runs/mnist-20261123-101500 -o mnist.onnx
+    tfgpu export litert runs/mnist-20261123-101500
     tfgpu export slurm recipes/mnist.yaml --workers 2 --gpus-per-worker 4 --time 4h -o mnist.sbatch
     tfgpu export tfjob recipes/mnist.yaml --image registry/tfgpu:1 --workers 2 --data-pvc tfgpu-data \\
         --runs-pvc tfgpu-runs -o mnist-tfjob.yaml
 
-    Both take --workers (one per Slurm node, one per pod) and --gpus-per-worker;
-    'export slurm' also reads them as --nodes and --gpus-per-node.
+    'export slurm' and 'export tfjob' take --workers (one per Slurm node, one per
+    pod) and --gpus-per-worker; 'export slurm' also reads them as --nodes and
+    --gpus-per-node. 'export savedmodel|onnx|litert' verify the artifact in its
+    own runtime and write export.json beside it (docs/export.md).
     """
 
 
@@ -534,6 +571,76 @@ def export_tfjob(recipe: str, overrides: tuple[str, ...], image: str, workers: i
     for note in tfjob_notes(data_pvc, runs_pvc):
         if note.startswith("WARNING: "):
             click.echo(f"tfgpu: warning: {note[len('WARNING: '):]}", err=True)
+
+
+def _artifact_command(fmt: str, default: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """The shared arguments of ``export savedmodel|onnx|litert`` (:mod:`tfgpu.artifacts`)."""
+
+    def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
+        func = handle_errors(func)
+        func = click.option("--output", "-o", metavar="PATH",
+                            help=f"Where to write.  [default: {default}]")(func)
+        func = _set_option_with("data.path=new/place.csv")(func)
+        func = click.argument("run_dir", type=click.Path())(func)
+        return export.command(fmt, context_settings=CONTEXT)(func)
+
+    return decorate
+
+
+def _artifact(run_dir: str, fmt: str, output: str | None, overrides: tuple[str, ...],
+              version: int | None = None) -> None:
+    from .artifacts import export_artifact  # noqa: PLC0415
+
+    record = export_artifact(run_dir, fmt, output, overrides, version)
+    check = record["verification"]
+    classes = (f", predicted classes identical {check['classes_identical']}/{check['samples']}"
+               if "classes_identical" in check else "")
+    if check.get("near_ties"):
+        classes += f" (the others at near ties: {check['near_ties']})"
+    relative = ", relative above 1" if check.get("tolerance_rule", "absolute") != "absolute" else ""
+    click.echo(f"tfgpu: verified in {check['runtime']} on {check['samples']} {check['split']} samples: "
+               f"max abs difference {check['max_abs_diff']:.2e} (allowed {check['tolerance']:g}{relative}){classes}")
+    seconds = record["seconds"]
+    click.echo(f"tfgpu: exported in {seconds['export']:.2f}s (load {seconds['load']:.2f}s, "
+               f"verify {seconds['verify']:.2f}s)")
+    click.echo(f"tfgpu: wrote {record['path']} and {record['record']}")
+
+
+@_artifact_command("savedmodel", "RUN_DIR/export/savedmodel/<recipe name>, version folder inside")
+@click.option("--version", "version", type=click.IntRange(0, None), default=None,
+              help="The version folder's number.  [default: the next free one, 1 in a new folder]")
+def export_savedmodel(run_dir: str, overrides: tuple[str, ...], output: str | None, version: int | None) -> None:
+    """RUN_DIR's model as a TensorFlow SavedModel in TF Serving's NAME/VERSION/ layout.
+
+    -o names the model's base folder (NAME); the SavedModel goes in its folder
+    VERSION with signature serving_default: 'inputs' (the raw inputs tfgpu
+    predict takes, e.g. uint8 pixels) -> 'outputs' (float32 probabilities or
+    values). Checked in TensorFlow's loader on the run's validation data;
+    export.json in the version folder describes it (docs/export.md).
+    """
+    _artifact(run_dir, "savedmodel", output, overrides, version)
+
+
+@_artifact_command("onnx", "RUN_DIR/export/model.onnx")
+def export_onnx(run_dir: str, overrides: tuple[str, ...], output: str | None) -> None:
+    """RUN_DIR's model as ONNX (needs pip install 'tfgpu[onnx]').
+
+    Input 'inputs' (raw, as tfgpu predict takes them), output 'outputs'
+    (float32); checked in ONNX Runtime on the run's validation data;
+    described by PATH.export.json (docs/export.md).
+    """
+    _artifact(run_dir, "onnx", output, overrides)
+
+
+@_artifact_command("litert", "RUN_DIR/export/model.tflite")
+def export_litert(run_dir: str, overrides: tuple[str, ...], output: str | None) -> None:
+    """RUN_DIR's model as LiteRT (TensorFlow Lite) .tflite (needs pip install 'tfgpu[litert]').
+
+    Signature serving_default: 'inputs' -> 'outputs' (float32); checked in the
+    LiteRT interpreter on the run's validation data; described by
+    PATH.export.json (docs/export.md).
+    """
+    _artifact(run_dir, "litert", output, overrides)
 
 
 # bench.py imports only the standard library at module level (TensorFlow inside its functions).

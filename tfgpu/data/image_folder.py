@@ -133,11 +133,8 @@ def list_images(root: Path, key: str, classes: Optional[list[str]] = None) -> Li
     strays: list[str] = []
     for name in names:
         found = 0
-        for dirpath, dirnames, files in sorted(os.walk(root / name), key=lambda w: w[0]):
-            dirnames[:] = [d for d in dirnames if not d.startswith(".")]
-            for fname in sorted(files):
-                if fname.startswith(".") or fname.lower() in _IGNORED:
-                    continue
+        for dirpath, files in walk_sorted(root / name):
+            for fname in files:
                 if fname.lower().endswith(EXTENSIONS):
                     paths.append(os.path.join(dirpath, fname))
                     labels.append(index[name])
@@ -215,6 +212,59 @@ def _uniform(listings: list[Listing], cfg: DataConfig) -> tuple[tuple[int, int],
     return size, channels, resize
 
 
+def walk_sorted(root: Path | str) -> list[tuple[str, list[str]]]:
+    """``(folder, file names)`` for ``root`` and every folder below it, folders in sorted path order and
+    names sorted; hidden folders (``.git``, ``.ipynb_checkpoints``) are not entered, and hidden files and
+    the files operating systems leave (``Thumbs.db``, ``desktop.ini``) are left out.
+
+    The walk is pruned as it goes (``os.walk`` top-down), then sorted: sorting ``os.walk`` itself would
+    read the whole tree first, hidden folders included."""
+    found = []
+    for dirpath, dirnames, files in os.walk(root):
+        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+        found.append((dirpath, sorted(f for f in files if not f.startswith(".") and f.lower() not in _IGNORED)))
+    return sorted(found, key=lambda w: w[0])
+
+
+def decode_image(path: Any, size: tuple[int, int], channels: int, resize: Optional[bool], interpolation: str) -> Any:
+    """Read and decode one image file as training does: uint8 ``(height, width, channels)``.
+
+    ``tf.io.decode_image(channels=channels)`` (which converts other channel
+    counts where the format allows, e.g. RGB to grey), then, where ``resize``,
+    ``tf.image.resize(size, method=interpolation)`` rounded and clipped back to
+    uint8. Usable inside ``tf.data.Dataset.map``.
+
+    Args:
+        path: the file's path (a string tensor).
+        size: ``(height, width)`` of the result, in pixels.
+        channels: 1, 3 or 4.
+        resize: ``True``: resize every image (training resizes all when any differs);
+            ``False``: none (they all have ``size``); ``None``: only an image whose size differs.
+        interpolation: the ``tf.image.resize`` method (``data.interpolation``).
+
+    Returns:
+        A uint8 tensor of shape ``(*size, channels)``.
+
+    Wraps: https://www.tensorflow.org/api_docs/python/tf/io/decode_image and
+    https://www.tensorflow.org/api_docs/python/tf/image/resize
+    """
+    import tensorflow as tf  # noqa: PLC0415
+
+    image = tf.io.decode_image(tf.io.read_file(path), channels=channels, expand_animations=False)
+
+    def resized() -> Any:
+        out = tf.image.resize(image, size, method=interpolation)
+        return tf.cast(tf.clip_by_value(tf.round(out), 0, 255), tf.uint8)
+
+    if resize:
+        image = resized()
+    elif resize is None:
+        same = tf.reduce_all(tf.equal(tf.shape(image)[:2], tf.constant(size, dtype=tf.int32)))
+        image = tf.cond(same, lambda: image, resized)
+    image.set_shape((*size, channels))
+    return image
+
+
 class ImageReader(Reader):
     """Streams ``(uint8 image (H, W, C), int32 label)`` from image files (``tf.io.decode_image``)."""
 
@@ -227,14 +277,7 @@ class ImageReader(Reader):
         self.image_size, self.channels, self.resize, self.interpolation = size, channels, resize, interpolation
 
     def decode(self, path: Any) -> Any:
-        import tensorflow as tf  # noqa: PLC0415
-
-        image = tf.io.decode_image(tf.io.read_file(path), channels=self.channels, expand_animations=False)
-        if self.resize:
-            image = tf.image.resize(image, self.image_size, method=self.interpolation)
-            image = tf.cast(tf.clip_by_value(tf.round(image), 0, 255), tf.uint8)
-        image.set_shape((*self.image_size, self.channels))
-        return image
+        return decode_image(path, self.image_size, self.channels, self.resize, self.interpolation)
 
     def dataset(self, shuffle: bool, seed: Optional[int], shard: Optional[tuple[int, int]] = None) -> Any:
         import tensorflow as tf  # noqa: PLC0415
