@@ -1,6 +1,6 @@
 """``tfgpu predict`` against a plain ``model.predict`` script, on the same model and data, 1 and 2 replicas.
 
-    .venv/bin/python benchmarks/predict.py                       # about 3 minutes on 2 cores
+    .venv/bin/python benchmarks/predict.py                       # about 4 minutes on 2 cores
     .venv/bin/python benchmarks/predict.py --repeats 3 --samples 10000 --replicas 1,2
 
 Trains one run of ``recipes/mnist_images.yaml`` (1 epoch) on MNIST PNGs written
