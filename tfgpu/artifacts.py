@@ -28,7 +28,6 @@ Importing this module imports neither TensorFlow nor Keras.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import shutil
@@ -42,6 +41,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from .errors import ConfigError, DataError, OutputError, TfgpuError
+from .imports import importable
 from .results import write_json
 from .serving import INPUT_NAME, OUTPUT_NAME, RunModel, open_run
 
@@ -193,18 +193,6 @@ def _keras_version() -> str:
         return "3"
 
 
-def _missing(modules: Sequence[str]) -> list[str]:
-    """The modules of ``modules`` that cannot be imported (not installed, or hidden: ``sys.modules[name] = None``)."""
-    gone = []
-    for name in modules:
-        try:
-            if importlib.util.find_spec(name) is None:
-                gone.append(name)
-        except (ImportError, ValueError):  # a parent package missing, or a hidden module
-            gone.append(name)
-    return gone
-
-
 def _install_hint(run: RunModel, fmt: str, missing: Sequence[str]) -> str:
     if run.backend == "jax":
         packages = {"jax.experimental.jax2tf": "jax"}
@@ -218,7 +206,7 @@ def _install_hint(run: RunModel, fmt: str, missing: Sequence[str]) -> str:
 
 def _check_installed(run: RunModel, fmt: str) -> None:
     needs = (_NEEDS_JAX if run.backend == "jax" else _NEEDS)[fmt][0]
-    missing = _missing(needs)
+    missing = [name for name in needs if not importable(name)]
     if missing:
         what = "converter and runtime are" if fmt != "savedmodel" else "loader is"
         raise ConfigError(f"tfgpu export {fmt}: the {fmt} {what} not installed: no module "

@@ -22,6 +22,16 @@ def _first_line(exc: BaseException) -> str:
     return (text.splitlines()[0].rstrip(".") if text else "") or type(exc).__name__
 
 
+def importable(name: str) -> bool:
+    """Whether the module ``name`` can be imported in this process, looked up with
+    :func:`importlib.util.find_spec` without importing it (``False`` where it is not installed, a parent
+    package is missing, or an import hook blocks it: ``sys.modules[name] = None``)."""
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def package_folders(name: str) -> list[Path]:
     """The folders of the installed package ``name``, found by :func:`importlib.util.find_spec`
     without importing it (``[]``: not installed, or not a package)."""

@@ -612,13 +612,9 @@ def _locate(paths: list[str], run: RunModel, resize: Optional[bool]) -> str:
 def _need_tensorflow(run: RunModel, inputs: Inputs) -> None:
     if run.backend != "jax" or not any(g.paths is not None for g in inputs.groups):
         return
-    import importlib.util  # noqa: PLC0415
+    from .backends.jax_apply import tensorflow_importable  # noqa: PLC0415
 
-    try:
-        found = importlib.util.find_spec("tensorflow") is not None and sys.modules.get("tensorflow", 1) is not None
-    except (ImportError, ValueError):
-        found = False
-    if not found:
+    if not tensorflow_importable():
         raise DataError("tfgpu predict: image inputs need TensorFlow to decode them (tf.io.decode_image, as in "
                         "training), which is not installed here; arrays and CSV inputs need only JAX.",
                         "pip install tensorflow-cpu (decoding only), or give the images as a .npy/.npz array.")

@@ -15,12 +15,12 @@ https://docs.jax.dev/en/latest/gpu_memory_allocation.html
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 from typing import Any, Optional
 
 from ..errors import AlreadyInitializedError, DeviceError
+from ..imports import importable
 from ..plan import Plan, make_plan
 from ..probe import GpuInfo, Probe
 
@@ -31,11 +31,8 @@ READ_AT_START = ("CUDA_VISIBLE_DEVICES", "JAX_PLATFORMS", "XLA_PYTHON_CLIENT_PRE
 
 def tensorflow_importable() -> bool:
     """Whether TensorFlow can be imported in this process (looked up, not imported; ``False`` where an import
-    hook blocks it)."""
-    try:
-        return importlib.util.find_spec("tensorflow") is not None
-    except (ImportError, ValueError):
-        return False
+    hook blocks it): :func:`tfgpu.imports.importable`."""
+    return importable("tensorflow")
 
 
 def _backends_started() -> bool:
