@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 import os
 import sys
 import time
@@ -138,16 +137,10 @@ def _read_csv(run: RunModel, path: Path, given: str) -> Group:
         raise DataError(f"tfgpu predict: {given} is a CSV file, but the run trained on {run.kind} data "
                         f"({'x'.join(map(str, run.stored_shape))} samples), not on CSV columns.",
                         "give inputs of the run's kind: image files or folders, or .npy/.npz arrays.")
+    from .data.csv import finite_number, read_rows  # noqa: PLC0415
+
     delimiter = run.cfg.data.delimiter if run.kind == "csv" else ","
-    try:
-        with path.open(newline="", encoding="utf-8-sig") as f:
-            rows = [r for r in csv.reader(f, delimiter=delimiter)]
-    except UnicodeDecodeError as exc:
-        raise DataError(f"tfgpu predict: {given} is not UTF-8 text ({exc.reason} at byte {exc.start}).",
-                        "save the CSV as UTF-8.") from None
-    except (OSError, csv.Error) as exc:
-        raise DataError(f"tfgpu predict: cannot read {given} as CSV: {exc}.", "check the file.") from None
-    lines = [(i + 1, r) for i, r in enumerate(rows) if any(cell.strip() for cell in r)]
+    lines = read_rows(path, delimiter, "tfgpu predict", given, "check the file.")
     if not lines:
         raise DataError(f"tfgpu predict: {given} is empty; expected a header row, then one row per sample.",
                         "give a CSV with the run's columns.")
@@ -169,24 +162,17 @@ def _read_csv(run: RunModel, path: Path, given: str) -> Group:
             raise DataError(f"tfgpu predict: {given}, line {line} has {len(row)} fields; the header has "
                             f"{len(header)}.", f"give every row one field per column (separated by {delimiter!r}).")
         for j, c in enumerate(cols):
-            cell = row[c].strip()
-            try:
-                value = float(cell)
-            except ValueError:
-                value = math.nan
-            if not math.isfinite(value):
+            value = finite_number(row[c])
+            if value is None:
+                cell = row[c].strip()
                 what = "is empty" if not cell else f"is {cell!r}, not a finite number"
                 raise DataError(f"tfgpu predict: {given}, line {line}, column '{features[j]}' {what}; every "
                                 "feature cell must be a number, as in training.",
                                 "fill or drop the rows with missing values, and encode categories as numbers.")
             x[i, j] = value
         if label:
-            cell = row[target].strip()
-            try:
-                value = float(cell)
-            except ValueError:
-                value = math.nan
-            if math.isfinite(value):
+            value = finite_number(row[target])
+            if value is not None:
                 # a classifier's label is a class number; anything else (1.7, 1e30) counts as unknown
                 y[i] = value if regression else (int(value) if value.is_integer() and 0 <= value < 2 ** 62 else -1)
         ids.append(f"{given}:{line}")

@@ -21,7 +21,7 @@ from __future__ import annotations
 import csv
 import math
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 
@@ -31,12 +31,34 @@ from .arrays import arrange
 from .base import Data, LoadContext, Source, existing
 
 
-def _number(text: str) -> Optional[float]:
+def finite_number(text: str) -> Optional[float]:
+    """A CSV cell as a finite float, else ``None`` (empty, text, NaN, infinity)."""
     try:
         value = float(text)
     except ValueError:
         return None
     return value if math.isfinite(value) else None
+
+
+def read_rows(path: Path, delimiter: str, where: str, shown: Any, fix_unreadable: str) -> list[tuple[int, list[str]]]:
+    """The rows of a CSV file that hold something, each with its line number (the header is line 1).
+
+    Args:
+        where: the start of a message (``data.path``, ``tfgpu predict``); shown: the file as the message names it;
+            fix_unreadable: the fix when the file cannot be read.
+
+    Raises:
+        DataError: not UTF-8 (a BOM is allowed), or unreadable.
+    """
+    try:
+        with path.open(newline="", encoding="utf-8-sig") as f:
+            rows = list(csv.reader(f, delimiter=delimiter))
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{where}: {shown} is not UTF-8 text ({exc.reason} at byte {exc.start}).",
+                        "save the CSV as UTF-8.") from None
+    except (OSError, csv.Error) as exc:
+        raise DataError(f"{where}: cannot read {shown} as CSV: {exc}.", fix_unreadable) from None
+    return [(i + 1, r) for i, r in enumerate(rows) if any(cell.strip() for cell in r)]
 
 
 def read_csv(path: Path, key: str, label: str, features: Optional[list[str]], delimiter: str,
@@ -51,16 +73,7 @@ def read_csv(path: Path, key: str, label: str, features: Optional[list[str]], de
             column, a ragged row, a cell that is not a finite number, or a negative weight.
     """
     fix_cells = "put a number in every feature and label cell (fill or drop the rows with missing values)"
-    try:
-        with path.open(newline="", encoding="utf-8-sig") as f:
-            rows = list(csv.reader(f, delimiter=delimiter))
-    except UnicodeDecodeError as exc:
-        raise DataError(f"data.{key}: {path} is not UTF-8 text ({exc.reason} at byte {exc.start}).",
-                        "save the CSV as UTF-8.") from None
-    except (OSError, csv.Error) as exc:
-        raise DataError(f"data.{key}: cannot read {path} as CSV: {exc}.",
-                        "check the file and data.delimiter.") from None
-    rows = [r for r in rows if any(cell.strip() for cell in r)]
+    rows = [r for _, r in read_rows(path, delimiter, f"data.{key}", path, "check the file and data.delimiter.")]
     if not rows:
         raise DataError(f"data.{key}: {path} is empty; a CSV for tfgpu has a header row, then one row per sample.",
                         "point data.path at the CSV that holds the data.")
@@ -106,7 +119,7 @@ def read_csv(path: Path, key: str, label: str, features: Optional[list[str]], de
             raise DataError(f"data.{key}: {path}, line {line} has {len(row)} fields; the header has {len(header)}.",
                             f"give every row one field per column (separated by {delimiter!r}).")
         for j, c in enumerate(cols):
-            value = _number(row[c])
+            value = finite_number(row[c])
             if value is None:
                 cell = row[c].strip()
                 what = "is empty" if not cell else f"is {cell!r}, not a number"
@@ -117,7 +130,7 @@ def read_csv(path: Path, key: str, label: str, features: Optional[list[str]], de
                     "column out with data.features.",
                 )
             x[i, j] = value
-        value = _number(row[target])
+        value = finite_number(row[target])
         if value is None:
             cell = row[target].strip()
             raise DataError(
@@ -127,7 +140,7 @@ def read_csv(path: Path, key: str, label: str, features: Optional[list[str]], de
             )
         y[i] = value
         if w is not None:
-            value = _number(row[weight_col])
+            value = finite_number(row[weight_col])
             if value is None or value < 0:
                 cell = row[weight_col].strip()
                 what = ("is empty" if not cell else f"is {cell!r}, not a finite number" if value is None
