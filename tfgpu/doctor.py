@@ -372,6 +372,21 @@ def _library_list(libraries: list[Library]) -> str:
     return ", ".join(lib.name + (f" {lib.version}" if lib.version else "") for lib in libraries)
 
 
+def _missing_list(missing: list[Library]) -> str:
+    """Each library that cannot be loaded: its name, role, wheel and the loader's message."""
+    return "; ".join(f"{lib.name} ({lib.role}{', pip ' + lib.package if lib.package else ''}): "
+                     f"{lib.error or 'not found'}" for lib in missing)
+
+
+def _wheels_fix(facts: Facts, missing: list[Library]) -> str:
+    """The install line for the missing libraries' wheels, pinned to the installed TensorFlow."""
+    version = facts.packages.get("tensorflow") or (facts.tensorflow.version if facts.tensorflow else None)
+    pin = f"=={version}" if version else ""
+    return (f"install the CUDA libraries TensorFlow was built with: pip install 'tensorflow[and-cuda]{pin}' "
+            f"(provides {', '.join(sorted({lib.package for lib in missing if lib.package}))}); with a system CUDA "
+            "instead, add its lib64 folder to LD_LIBRARY_PATH")
+
+
 def _built_against(facts: Facts) -> str:
     """``"; TensorFlow 2.21.0 was built against CUDA 12.5.1 and cuDNN 9"`` when TensorFlow was asked, else ``""``."""
     tf = facts.tensorflow
@@ -396,13 +411,9 @@ def _libraries_without_gpu(facts: Facts) -> list[Finding]:
     missing = [lib for lib in toolkit if lib.path is None]
     out = []
     if missing:
-        names = "; ".join(f"{lib.name} ({lib.role}, pip {lib.package}): {lib.error or 'not found'}" for lib in missing)
-        version = facts.packages.get("tensorflow") or tf.version
         out.append(Finding("cuda-libraries", "warning", "CUDA libraries",
                            f"{len(found)} of {len(toolkit)} load ({_library_list(found)}), {len(missing)} cannot: "
-                           f"{names}{_built_against(facts)}",
-                           f"pip install 'tensorflow[and-cuda]=={version}' (provides "
-                           f"{', '.join(sorted({lib.package for lib in missing}))})."))
+                           f"{_missing_list(missing)}{_built_against(facts)}", _wheels_fix(facts, missing) + "."))
     else:
         out.append(Finding("cuda-libraries", "ok", "CUDA libraries",
                            f"all {len(toolkit)} load: {_library_list(toolkit)}{_built_against(facts)}"))
@@ -433,21 +444,15 @@ def check_libraries(facts: Facts, config: Optional[Config]) -> list[Finding]:
                         f"all {len(facts.libraries)} load: {_library_list(list(facts.libraries))}"
                         f"{_built_against(facts)}")]
     driver = [lib for lib in missing if lib.name.startswith("libcuda.so")]
-    wheels = sorted({lib.package for lib in missing if lib.package})
-    names = "; ".join(f"{lib.name} ({lib.role}{', pip ' + lib.package if lib.package else ''}): "
-                      f"{lib.error or 'not found'}" for lib in missing)
     fix = []
-    if wheels:
-        version = facts.packages.get("tensorflow") or (facts.tensorflow.version if facts.tensorflow else None)
-        pin = f"=={version}" if version else ""
-        fix.append(f"install the CUDA libraries TensorFlow was built with: pip install 'tensorflow[and-cuda]{pin}' "
-                   f"(provides {', '.join(wheels)}); with a system CUDA instead, add its lib64 folder to "
-                   "LD_LIBRARY_PATH")
+    if any(lib.package for lib in missing):
+        fix.append(_wheels_fix(facts, missing))
     if driver:
         fix.append("libcuda.so.1 comes with the NVIDIA driver, not with pip: reinstall the driver, or in a "
                    "container start it with --gpus all so the NVIDIA Container Toolkit mounts it")
     return [Finding("cuda-libraries", "error", "CUDA libraries",
-                    f"{len(missing)} of {len(facts.libraries)} cannot be loaded: {names}", "; ".join(fix) + ".")]
+                    f"{len(missing)} of {len(facts.libraries)} cannot be loaded: {_missing_list(missing)}",
+                    "; ".join(fix) + ".")]
 
 
 def check_driver_cuda(facts: Facts, config: Optional[Config]) -> list[Finding]:
