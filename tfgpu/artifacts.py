@@ -177,20 +177,12 @@ def export_artifact(run_dir: str | Path, fmt: str, output: Optional[str] = None,
 
 def _check_backend(run: RunModel, fmt: str) -> None:
     if run.backend == "jax" and fmt == "litert":
-        raise ConfigError(f"tfgpu export litert: the run trained on backend: jax, and Keras {_keras_version()} "
-                          "exports LiteRT from the TensorFlow and PyTorch backends only (keras.Model.export("
+        keras_version = _dist_version("keras") or "3"
+        raise ConfigError(f"tfgpu export litert: the run trained on backend: jax, and Keras {keras_version} exports "
+                          "LiteRT from the TensorFlow and PyTorch backends only (keras.Model.export("
                           "format='litert') converts a TensorFlow graph with tf.lite.TFLiteConverter).",
                           "export savedmodel or onnx from this run, or train it with backend: tensorflow "
                           "(model.keras loads on either backend: --set backend=tensorflow).")
-
-
-def _keras_version() -> str:
-    try:
-        from importlib.metadata import version  # noqa: PLC0415
-
-        return version("keras")
-    except Exception:  # noqa: BLE001 - only for a message
-        return "3"
 
 
 def _install_hint(run: RunModel, fmt: str, missing: Sequence[str]) -> str:
@@ -496,9 +488,7 @@ def compare(expected: np.ndarray, got: np.ndarray, run: RunModel) -> dict[str, A
 def describe(run: RunModel, fmt: str, target: Path, version: Optional[int], model: Any, value_range: Any,
              check: dict[str, Any], runtime: str, precision: str, seconds: dict[str, float]) -> dict[str, Any]:
     """The ``export.json`` record: everything a client needs to call the artifact (docs/export.md lists it)."""
-    import keras  # noqa: PLC0415
-
-    from . import __version__  # noqa: PLC0415
+    from .trainer import versions as trainer_versions  # noqa: PLC0415
 
     units = int(model.outputs[0].shape[-1]) if isinstance(model.outputs, list) else \
         int(next(iter(model.outputs.values())).shape[-1])
@@ -508,10 +498,7 @@ def describe(run: RunModel, fmt: str, target: Path, version: Optional[int], mode
                    "classes (they sum to 1)")
     else:
         meaning = "the predicted value(s)"
-    versions = {"tfgpu": __version__, "keras": keras.__version__, "tensorflow": _dist_version("tensorflow"),
-                "backend": run.backend}
-    if run.backend == "jax":
-        versions["jax"] = _dist_version("jax")
+    versions: dict[str, Any] = {**trainer_versions(run.backend), "backend": run.backend}  # as summary.json's
     if fmt == "onnx":
         versions.update({"onnx": _dist_version("onnx"), "onnxruntime": _dist_version("onnxruntime"),
                          ("jax2onnx" if run.backend == "jax" else "tf2onnx"):
