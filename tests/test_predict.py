@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -254,3 +255,28 @@ def test_folders_are_walked_in_path_order_without_entering_hidden_ones(tmp_path)
         (tmp_path / rel).write_bytes(b"")
     walked = [(str(Path(d).relative_to(tmp_path)), files) for d, files in walk_sorted(tmp_path)]
     assert walked == [(".", []), ("a", []), ("a-c", ["4.png"]), ("a/x", ["3.png"]), ("b", ["1.png", "2.png"])]
+
+
+class _Classes:
+    class_names = ["0", "1"]
+
+
+def test_a_full_disk_under_the_output_is_exit_8_with_the_free_space_and_leaves_nothing(tmp_path):
+    """The rows' temporary file on a full disk (a symlink to /dev/full: a real ENOSPC from the kernel): the
+    project's DiskFull paragraph (exit 8, the file and the free space named), and no file left behind."""
+    from tfgpu.errors import DiskFull
+    from tfgpu.predict import Output
+
+    out = tmp_path / "preds.csv"
+    (tmp_path / f".preds.csv.{os.getpid()}.tmp").symlink_to("/dev/full")
+    writer = Output(out, _Classes(), 2)
+    writer.open(2, 2)
+    writer.write(["a", "b"], np.array([[0.9, 0.1], [0.2, 0.8]], np.float32), None)
+    with pytest.raises(DiskFull) as caught:
+        writer.commit()
+    error = caught.value
+    assert error.exit_code == 8
+    assert f"the disk is full: cannot write {out} (No space left on device)" in error.message
+    assert " free of " in error.message and "Nothing was written." in error.message and "--output" in error.hint
+    one_paragraph(error.report())
+    assert os.listdir(tmp_path) == []

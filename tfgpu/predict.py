@@ -22,14 +22,15 @@ import json
 import os
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence, TextIO
+from typing import Any, Callable, Iterator, Optional, Sequence, TextIO
 
 import numpy as np
 
 from .errors import DataError, OutputError, UsageError
-from .results import remove_quietly, write_json
+from .results import disk_full, disk_full_error, remove_quietly, write_json
 from .serving import RunModel, open_run
 
 #: The output formats, by the output file's extension (no extension: CSV).
@@ -346,8 +347,31 @@ class Output:
         self._array: Any = None
         self._header_done = False
 
+    @contextmanager
+    def _writing(self) -> Iterator[None]:
+        """Turn a failed write of the output into one paragraph, after removing the temporary file(s): a full
+        disk or quota is :class:`~tfgpu.errors.DiskFull` (exit 8, with the free space, as ``tfgpu run``
+        reports it: :func:`tfgpu.results.disk_full_error`), any other write error an ``OutputError``."""
+        try:
+            yield
+        except OSError as exc:
+            if self.path is None:  # stdout: nothing of ours to remove, nothing to name
+                raise
+            self.abort()
+            code = disk_full(exc)
+            if code is not None:
+                raise disk_full_error(code, self.path, self.path.parent, "Nothing was written.",
+                                      "free space on that filesystem, or give --output on another one, then "
+                                      "predict again.") from None
+            raise OutputError(f"cannot write {self.path}: {exc.strerror or exc}.",
+                              "check the disk space and permissions.") from None
+
     def open(self, count: int, units: int) -> None:
         """Open the temporary file(s) (or stdout) for ``count`` rows of ``units`` outputs."""
+        with self._writing():
+            self._open(count, units)
+
+    def _open(self, count: int, units: int) -> None:
         if self.path is None:
             self._file = sys.stdout
         elif self.format == "npy":
@@ -365,6 +389,10 @@ class Output:
 
     def write(self, ids: Sequence[str], out: np.ndarray, labels: Optional[np.ndarray]) -> None:
         """Write the rows of one chunk: ``out`` float32 ``(n, units)`` from the serving model."""
+        with self._writing():
+            self._write(ids, out, labels)
+
+    def _write(self, ids: Sequence[str], out: np.ndarray, labels: Optional[np.ndarray]) -> None:
         n = len(ids)
         classify = self.names is not None
         if classify:
@@ -439,7 +467,7 @@ class Output:
         if self.path is None:
             sys.stdout.flush()
             return
-        try:
+        with self._writing():
             if self._array is not None:
                 self._array.flush()
                 del self._array
@@ -449,10 +477,6 @@ class Output:
             else:
                 self._file.close()
             os.replace(self.tmp, self.path)
-        except OSError as exc:
-            self.abort()
-            raise OutputError(f"cannot write {self.path}: {exc.strerror or exc}.",
-                              "check the disk space and permissions.") from None
 
     def abort(self) -> None:
         """Remove the temporary file(s): nothing half-written is left."""
