@@ -29,6 +29,10 @@ Exit codes (also in the README):
 10    :class:`WorkerError`: a worker process crashed (an uncaught exception:
       Python's exit code 1) or was killed by a signal; a worker that exited
       with a code of its own passes it on (:func:`worker_exit_code`)
+11    :class:`TrackingError`: ``output.mlflow`` is on and its tracking
+      server cannot be reached or refuses the run (checked before training)
+12    :class:`SweepError`: ``tfgpu sweep`` finished no trial (each failed),
+      or its study cannot be opened or continued
 75    :class:`Preempted`: SIGTERM (or ``train.checkpoint.requeue_signal``)
       arrived; a checkpoint was saved: requeue the job, or continue it with
       ``tfgpu run --resume RUN_DIR`` (75 is sysexits' EX_TEMPFAIL, "try again")
@@ -44,7 +48,8 @@ import signal
 #: What tfgpu's own exit codes mean (the table above); a worker that exits with one passes it on.
 EXIT_CODES = {0: "success", 1: "an uncaught exception", 2: "usage error", 3: "configuration error", 4: "device error",
               5: "data error", 6: "TensorFlow already initialised", 7: "training failed", 8: "output error",
-              9: "doctor found an error", 10: "worker failed", 75: "preempted", 130: "interrupted"}
+              9: "doctor found an error", 10: "worker failed", 11: "tracking error",
+              12: "sweep error", 75: "preempted", 130: "interrupted"}
 
 #: The exit code of a supervisor whose worker crashed or was killed (:class:`WorkerError`).
 WORKER_FAILED = 10
@@ -190,6 +195,23 @@ class Preempted(TfgpuError):
 
     exit_code = 75
     kind = "preempted"
+
+
+class TrackingError(TfgpuError):
+    """``output.mlflow`` is on and the MLflow tracking server cannot be reached, or refuses the run.
+
+    Checked before training starts; with ``output.mlflow.required: false`` it is a warning instead.
+    """
+
+    exit_code = 11
+    kind = "tracking error"
+
+
+class SweepError(TfgpuError):
+    """``tfgpu sweep`` could not run its study: every trial failed, or the study cannot be opened or continued."""
+
+    exit_code = 12
+    kind = "sweep error"
 
 
 class WorkerError(TfgpuError):
