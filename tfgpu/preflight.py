@@ -5,7 +5,8 @@ RECIPE`` fails with the same message and exit code as ``tfgpu run RECIPE``
 would: a model is defined and its layer, optimizer, metric and loss names exist
 (read from Keras's package files, :mod:`tfgpu.keras_names`), a
 ``model.builder``'s module can be found, a run directory can be created under
-``output.dir``, TensorBoard is installed where asked for, and the data source's
+``output.dir``, TensorBoard and MLflow are installed where asked for, an MLflow
+tracking server answers (:func:`tfgpu.tracking.check`), and the data source's
 local files are there and readable (NumPy and Pillow only). Nothing is written
 and neither TensorFlow nor Keras is imported. :func:`describe_run` says what the
 run will do (data, model, loss, optimizer, epochs, loop, batch).
@@ -17,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from . import backbone, transfer
+from . import backbone, tracking, transfer
 from .config import Config
 from .data import Source, source_for
 from .errors import ConfigError
@@ -46,7 +47,9 @@ def check(cfg: Config, target: Optional[Path] = None, files: bool = True) -> tup
         ConfigError: no model, an unknown Keras name (with the closest one), a
             ``model.builder`` module that cannot be found, a ``train.callbacks``
             name or module that is not there (:func:`tfgpu.callbacks.check`), or TensorBoard
-            wanted but not installed (exit 3).
+            or MLflow wanted but not installed (exit 3).
+        TrackingError: ``output.mlflow``'s tracking server cannot be reached (11; with
+            ``required: false`` a warning, :func:`tfgpu.tracking.check`).
         OutputError: no run directory can be created under ``output.dir`` (8).
         DataError: a local data file or folder is missing, unreadable or malformed (5).
     """
@@ -61,6 +64,7 @@ def check(cfg: Config, target: Optional[Path] = None, files: bool = True) -> tup
     if files:
         check_parent(cfg.output.dir if target is None else str(target.parent))
     check_tensorboard(cfg.output.tensorboard)
+    tracking.check(cfg, contact=files)  # output.mlflow: the mlflow package; a tracking server answers (this machine)
     if not files:
         return None, 0.0
     source = source_for(cfg.data, cfg.model.loss, cfg.tensorflow.seed)

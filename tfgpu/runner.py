@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 # None of these imports TensorFlow; each module imports it inside the function that needs it.
-from . import checkpoint as ckpt, preflight
+from . import checkpoint as ckpt, preflight, tracking
 from .config import Config
 from .console import say, warn
 from .data import load
@@ -128,9 +128,10 @@ def _run(cfg: Config, recipe: Optional[str], resumed: Any, target: Optional[Path
     trainer = Trainer(cfg, info, data, pipes, restoring=resumed.summary if resumed is not None and resumed.state is not None else None)
     trainer.stop = stop
     stop.doing = "writing the run directory"
-    with RunDir.open(cfg, recipe, info, target) as run_dir:
+    # output.mlflow: the chief's MLflow run, created (or continued) here and ended however the run ends
+    with RunDir.open(cfg, recipe, info, target) as run_dir, tracking.tracked(cfg, info, run_dir, resumed) as mlflow:
         try:
-            run_dir.begin(cfg, info, {**trainer.facts(), "data_seed": seed}, resumed, started)
+            run_dir.begin(cfg, info, {**trainer.facts(), "data_seed": seed, **mlflow}, resumed, started)
         except Preempted as exc:  # (the requeue, if any, is done on the way out: run)
             raise Preempted(exc.message, _resume_hint(run_dir.path)) from None
         return train(run_dir, trainer, resumed)

@@ -1069,6 +1069,30 @@ class TrainConfig(_Section):
         raise ValueError("expected auto or a whole number of steps from 1 to 1000000")
 
 
+class MlflowConfig(_Section):
+    """``output.mlflow``: track the run in MLflow (:mod:`tfgpu.tracking`; ``true``: these defaults).
+
+    Attributes:
+        tracking_uri: where: an MLflow tracking server (``http://host:5000``)
+            or a local store (``sqlite:///mlflow.db``, ``file:./mlruns``);
+            ``null``: ``MLFLOW_TRACKING_URI``, else MLflow's own default
+            (``sqlite:///mlflow.db`` in the directory the run starts in).
+        experiment: the MLflow experiment (created when missing); ``null``:
+            ``MLFLOW_EXPERIMENT_NAME``, else ``output.name`` or the recipe's stem.
+        run_name: the MLflow run's name; ``null``: the run directory's name.
+        required: ``true``: a tracking server that cannot be reached is an
+            error before TensorFlow starts (exit 11); ``false``: a warning,
+            and the run trains without tracking.
+        log_model: also log ``model.keras`` as an artifact.
+    """
+
+    tracking_uri: Optional[str] = Field(None, min_length=1)
+    experiment: Optional[str] = Field(None, min_length=1, max_length=500)
+    run_name: Optional[str] = Field(None, min_length=1, max_length=250)
+    required: bool = True
+    log_model: bool = False
+
+
 class OutputConfig(_Section):
     """Where runs are written.
 
@@ -1080,12 +1104,26 @@ class OutputConfig(_Section):
         tensorboard: write TensorBoard logs (loss and metrics per epoch,
             training and validation) under ``<run>/tensorboard/``
             (``keras.callbacks.TensorBoard``), with both loops.
+        mlflow: :class:`MlflowConfig`: log the run's settings, per-epoch
+            metrics, tags and files to MLflow (``true``: its defaults;
+            ``false``/``null``: off, the default).
     """
 
     dir: str = "runs"
     name: Optional[str] = None
     save_model: bool = True
     tensorboard: bool = False
+    mlflow: Optional[MlflowConfig] = None
+
+    @field_validator("mlflow", mode="before")
+    @classmethod
+    def _mlflow_switch(cls, value: Any) -> Any:
+        if isinstance(value, bool):
+            return {} if value else None
+        if value is None or isinstance(value, (dict, MlflowConfig)):
+            return value
+        raise ValueError("expected true, false or a mapping of tracking_uri, experiment, run_name, required, "
+                         "log_model, e.g. {tracking_uri: 'http://127.0.0.1:5000', experiment: mnist}")
 
     @field_validator("name")
     @classmethod
