@@ -238,6 +238,15 @@ def classify(c: Command) -> Optional[tuple[str, str]]:
             if recipe_reads_examples(recipe):
                 return SLOW, "trains: checked as `tfgpu plan` after recipes/make_examples.py wrote examples/ (about 20 s)"
             return PLAN, "trains (minutes): checked as `tfgpu plan` with the same recipe and settings"
+        if sub == "sweep" and "--resume" in w:
+            return SKIP, ("continues the sweep directory of an earlier, stopped sweep (tests/test_sweep.py stops and "
+                          "kills sweeps and resumes them)")
+        if sub == "sweep":
+            return PLAN, ("trains many runs (minutes): checked as `tfgpu plan` with the same recipe, settings and "
+                          "--parallel (the sweep's parameters and slots); tests/test_sweep.py runs sweeps")
+        if sub in ("runs", "compare"):
+            return SKIP, ("needs the run directories of finished training runs (tests/test_compare.py trains runs, "
+                          "lists and compares them)")
         if sub == "evaluate":
             return SKIP, "needs the run directory of a finished training run (tests/test_data_e2e.py evaluates one)"
         if sub == "predict":
@@ -271,13 +280,15 @@ def classify(c: Command) -> Optional[tuple[str, str]]:
 
 
 def as_plan(words: tuple[str, ...]) -> list[str]:
-    """``tfgpu run RECIPE ...`` as the ``tfgpu plan`` with the same recipe and settings (run-only options dropped)."""
+    """``tfgpu run RECIPE ...`` (or ``tfgpu sweep RECIPE ...``) as the ``tfgpu plan`` with the same recipe and
+    settings (run-only and sweep-only options dropped; ``--parallel K`` is ``tfgpu plan``'s too)."""
     out, rest = ["tfgpu", "plan"], list(words[2:])
+    dropped = ("--max-restarts", "--output-dir", "--trials", "--storage", "--study")  # run- or sweep-only options
     while rest:
         word = rest.pop(0)
-        if word in ("--max-restarts", "--output-dir"):
+        if word in dropped:
             rest.pop(0)
-        elif not word.startswith(("--max-restarts=", "--output-dir=")):
+        elif not word.startswith(tuple(f"{d}=" for d in dropped)):
             out.append(word)
     return out
 

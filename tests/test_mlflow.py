@@ -5,6 +5,7 @@ with ``required: false``. The fast tests at the top need neither TensorFlow nor 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -313,3 +314,31 @@ def test_a_local_sqlite_store_from_mlflow_tracking_uri_needs_no_server(tmp_path)
     assert {f.path for f in local.list_artifacts(run.info.run_id)} == {"config.resolved.yaml", "config.yaml",
                                                                       "metrics.csv", "summary.json"}
 
+
+@pytest.mark.slow
+def test_a_sweep_is_a_run_whose_trials_are_its_child_runs(tmp_path, server, client):
+    import csv  # noqa: PLC0415
+
+    pytest.importorskip("optuna", reason="the test extra installs optuna (tfgpu[sweep])")
+    result = run_cli("sweep", str(Path(RECIPE).with_name("breast_cancer_sweep.yaml")), "--trials", "2", "--parallel",
+                     "2", "--set", "train.epochs=2", "--set", f"output.mlflow.tracking_uri={server}", "--set",
+                     "output.mlflow.experiment=tfgpu-sweep-e2e", "--output-dir", str(tmp_path / "runs"), timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    directory = next((tmp_path / "runs").glob("*-sweep-*"))
+    parent_id = json.loads((directory / "sweep.json").read_text())["mlflow"]["run_id"]
+    parent = client.get_run(parent_id)
+    assert parent.info.status == "FINISHED" and parent.data.tags["tfgpu.sweep"] == "parent"
+    assert parent.data.params["sweep.metric"] == "val_loss" and parent.data.params["sweep.trials"] == "2"
+    assert {a.path for a in client.list_artifacts(parent_id)} >= {"results.csv", "best.yaml", "sweep.json"}
+    rows = list(csv.DictReader((directory / "results.csv").open()))
+    assert parent.data.metrics["best_val_loss"] == pytest.approx(min(float(r["val_loss"]) for r in rows))
+    children = client.search_runs([parent.info.experiment_id], f"tags.mlflow.parentRunId = '{parent_id}'")
+    assert len(children) == 2 and {c.info.status for c in children} == {"FINISHED"}
+    trial_dirs = {str((tmp_path / r["run_dir"]).resolve()) for r in rows}
+    assert {c.data.tags["tfgpu.run_dir"] for c in children} == trial_dirs
+    for row in rows:  # each trial's run is the child run its summary names, with the trial's learning rate
+        summary = summary_of(tmp_path / row["run_dir"])
+        child = client.get_run(summary["mlflow"]["run_id"])
+        assert child.data.tags["mlflow.parentRunId"] == parent_id
+        assert float(child.data.params["model.optimizer.learning_rate"]) == pytest.approx(
+            float(row["model.optimizer.learning_rate"]))

@@ -88,13 +88,15 @@ def main() -> None:
     tfgpu bench matmul|logging|devices                time your hardware (d2l's GPU exercises)
     tfgpu run recipes/mnist.yaml --workers 2          two local workers (MultiWorkerMirroredStrategy)
     tfgpu run --resume runs/mnist-20261123-101500     continue a killed run from its checkpoint
+    tfgpu sweep recipes/breast_cancer_sweep.yaml --parallel 2   Optuna trials packed onto the devices
     tfgpu launch recipes/gpu.yaml -- recipes/scripts/train.py   your own script, the config applied
     tfgpu export slurm|tfjob recipes/mnist.yaml       a Slurm batch script or a Kubeflow TFJob
     tfgpu export onnx runs/mnist-20261123-101500      a run's model as SavedModel/ONNX/LiteRT, verified
 
     Exit codes: 0 ok, 2 usage, 3 config, 4 device, 5 data, 6 TensorFlow already
     initialised, 7 training failed, 8 output not writable, 9 doctor found an
-    error, 10 a worker crashed or was killed, 75 preempted (a checkpoint was
+    error, 10 a worker crashed or was killed, 11 MLflow unreachable, 12 no
+    trial of a sweep completed, 75 preempted (a checkpoint was
     saved: run again with --resume), 130 interrupted.
     """
 
@@ -169,6 +171,50 @@ def run(recipe: str | None, overrides: tuple[str, ...], output_dir: str | None, 
         run_workers(recipe, overrides, output_dir, workers, resume=resume, max_restarts=max_restarts)
     else:
         run_recipe(recipe, overrides, output_dir, resume=resume)
+
+
+@main.command(context_settings=CONTEXT)
+@click.argument("recipe", type=click.Path(), required=False)
+@_set_option_with("train.epochs=10")
+@click.option("--trials", type=click.IntRange(1, 100_000), metavar="N",
+              help="Trials in all (overrides sweep.trials; with several sweep processes on one storage: together).")
+@click.option("--parallel", type=click.IntRange(1, 1024), metavar="K",
+              help="Trials at a time: on a host without GPUs, K slots sharing the CPU cores (default 1); on a GPU "
+                   "host, at most K of the slots sweep.per_trial gives (default all).")
+@click.option("--storage", metavar="URL",
+              help="The study's storage: a database URL Optuna supports (sqlite:///FILE, postgresql://...) or a "
+                   "journal file, shared by sweep processes on several machines (default SWEEP_DIR/study.journal).")
+@click.option("--study", "study_name", metavar="NAME", help="The study's name in the storage (default: the sweep "
+              "directory's name; give the same NAME to every process that shares a storage).")
+@click.option("--sweep", "sweep_file", metavar="FILE", help="Take the sweep: section from FILE instead of RECIPE.")
+@click.option("--output-dir", metavar="DIR", help="Parent of the sweep directory (overrides output.dir).")
+@click.option("--resume", "resume", metavar="SWEEP_DIR",
+              help="Continue a stopped or killed sweep: finished trials are kept, interrupted ones continue from "
+                   "their checkpoints.")
+@handle_errors
+def sweep(recipe: str | None, overrides: tuple[str, ...], trials: int | None, parallel: int | None,
+          storage: str | None, study_name: str | None, sweep_file: str | None, output_dir: str | None,
+          resume: str | None) -> None:
+    """Search RECIPE's sweep: parameters with Optuna, one 'tfgpu run' per trial, packed onto the devices.
+
+    \b
+    tfgpu sweep recipes/breast_cancer_sweep.yaml --parallel 2
+    tfgpu sweep --resume runs/breast_cancer_sweep-sweep-20261126-101500     after Ctrl-C or a kill
+
+    'tfgpu run SWEEP_DIR/best.yaml' trains the best trial again.
+
+    Each trial is an ordinary run (its own run directory under SWEEP_DIR/trials/,
+    checkpoints, every check) in its own process, pinned to its slot: a GPU,
+    a share of one (sweep.per_trial.gpus: 0.5), a MIG instance, or on a host
+    without GPUs its share of the CPU cores (--parallel K). 'tfgpu plan RECIPE'
+    shows the slots. The sweep directory holds the study (study.journal),
+    results.csv (also printed) and best.yaml. Exit 12 when no trial completes;
+    Ctrl-C and SIGTERM stop the trials with checkpoints (exit 130 / 75).
+    """
+    from .sweep import run_sweep  # noqa: PLC0415
+
+    run_sweep(recipe, overrides, trials=trials, parallel=parallel, storage=storage, resume=resume,
+              study_name=study_name, sweep_file=sweep_file, output_dir=output_dir)
 
 
 @main.command(context_settings={**CONTEXT, "ignore_unknown_options": True})
@@ -273,9 +319,11 @@ _machine_option = click.option(
               help="Also show how 'tfgpu launch' passes each setting: by environment or by its bootstrap.")
 @click.option("--workers", type=click.IntRange(1, 64), default=1, show_default=True,
               help="Plan as worker 0 of N local workers ('tfgpu run --workers N'); starts nothing.")
+@click.option("--parallel", type=click.IntRange(1, 1024), metavar="K",
+              help="With a sweep: section: plan the slots of 'tfgpu sweep --parallel K'.")
 @handle_errors
 def plan(recipe: str | None, overrides: tuple[str, ...], machine: str | None, as_json: bool, for_launch: bool,
-         workers: int) -> None:
+         workers: int, parallel: int | None) -> None:
     """Check RECIPE and show what `run` / tfgpu.setup() would do, without importing TensorFlow.
 
     With RECIPE, first every check 'tfgpu run' makes before TensorFlow starts,
@@ -289,6 +337,8 @@ def plan(recipe: str | None, overrides: tuple[str, ...], machine: str | None, as
     warnings. Without RECIPE (or with --launch): only the plan of the file
     named by TFGPU_CONFIG, else the defaults. 'tfgpu run RECIPE --dry-run'
     goes further: it starts TensorFlow and runs the model on the data.
+    With a sweep: section, also the sweep's slots: the devices each trial
+    process gets ('tfgpu sweep').
     """
     from .plan import make_plan  # noqa: PLC0415
     from .preflight import check, describe_lines, describe_run  # noqa: PLC0415
@@ -304,6 +354,15 @@ def plan(recipe: str | None, overrides: tuple[str, ...], machine: str | None, as
     machine_probe = as_worker_zero(machine_probe, [12345 + i for i in range(workers)])  # example ports
     result = make_plan(cfg, machine_probe)
     run_block = {**describe_run(cfg, result), "files_checked": machine is None} if checked else None
+    slots = None
+    if cfg.sweep is not None:
+        from .placement import plan_slots, slot_lines  # noqa: PLC0415
+        from .sweep import prepare  # noqa: PLC0415
+
+        if recipe:
+            prepare(recipe, overrides, None, None)  # the parameters, as tfgpu sweep checks them
+        cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+        slots = plan_slots(cfg, machine_probe, parallel, cores)
     settings = None
     if for_launch:
         from .launch import launch_settings  # noqa: PLC0415
@@ -315,6 +374,8 @@ def plan(recipe: str | None, overrides: tuple[str, ...], machine: str | None, as
             data["run"] = run_block
         if settings is not None:
             data["launch"] = [{"key": r.key, "how": r.how, "what": r.what} for r in settings]
+        if slots is not None:
+            data["sweep"] = {"trials": cfg.sweep.trials, "slots": [slot.to_dict() for slot in slots]}
         click.echo(json.dumps(data, indent=2, default=str))
         return
     if machine:
@@ -333,6 +394,8 @@ def plan(recipe: str | None, overrides: tuple[str, ...], machine: str | None, as
         from .launch import describe_settings  # noqa: PLC0415
 
         click.echo(describe_settings(settings))
+    if slots is not None:
+        click.echo("\n".join(slot_lines(slots, cfg.sweep.trials)))
 
 
 @main.command(context_settings=CONTEXT)

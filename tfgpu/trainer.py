@@ -24,7 +24,7 @@ import sys
 from importlib import metadata
 from typing import Any, Optional
 
-from . import __version__, backbone, keras_fixes, tracking, transfer
+from . import __version__, backbone, keras_fixes, sweep, tracking, transfer
 from . import callbacks as user_callbacks
 from . import checkpoint as ckpt
 from .config import Config
@@ -357,7 +357,8 @@ class Trainer:
     def callbacks(self, run: Any, state: Optional[dict[str, Any]], start: ckpt.Position) -> list:
         """The learning rate, epoch statistics (into ``run.epochs``), ``metrics.csv``, TensorBoard,
         ``train.early_stopping`` and ``train.callbacks`` (:func:`tfgpu.callbacks.build`), the epoch's row to
-        MLflow (``output.mlflow``, :func:`tfgpu.tracking.callbacks`), and the checkpoint, in that order.
+        MLflow (``output.mlflow``, :func:`tfgpu.tracking.callbacks`), the metric to a sweep's study (a trial of
+        ``tfgpu sweep``, :func:`tfgpu.sweep.trial_callbacks`) and the checkpoint, in that order.
 
         ``run`` is the :class:`~tfgpu.rundir.RunDir`; ``state`` the checkpoint
         to restore first (``None``: a fresh start). It is restored whenever the
@@ -385,6 +386,7 @@ class Trainer:
             self.early_stopping = built[0]
         callbacks.extend(built)  # after the CSV row and before the checkpoint (tfgpu.callbacks)
         callbacks.extend(tracking.callbacks(run))  # output.mlflow: the epoch's row to MLflow (tfgpu.tracking)
+        callbacks.extend(sweep.trial_callbacks(run, self.logged, self.info.is_chief))  # tfgpu sweep's reports
         if self.cfg.train.checkpoint.enabled or state is not None:
             files = self.files = self._files(run)
             if state is not None:

@@ -1175,6 +1175,142 @@ _JAX_REFUSED: tuple[tuple[str, str, Any, str], ...] = (
 )
 
 
+#: ``sweep.parameters`` kinds: the Optuna distribution each becomes (``tfgpu.sweep.distribution``).
+PARAMETER_KINDS = ("uniform", "log_uniform", "int", "log_int", "choice")
+#: ``sweep.sampler`` names: ``optuna.samplers`` classes.
+SAMPLERS = {"tpe": "TPESampler", "random": "RandomSampler", "grid": "GridSampler"}
+#: ``sweep.pruner`` names: ``optuna.pruners`` classes.
+PRUNERS = {"none": "NopPruner", "median": "MedianPruner", "percentile": "PercentilePruner",
+           "successive_halving": "SuccessiveHalvingPruner", "hyperband": "HyperbandPruner"}
+
+
+def _named_spec(value: Any, names: Any, what: str) -> Any:
+    """``name`` or ``{name: {arguments}}`` with ``name`` among ``names`` (``sweep.sampler``, ``sweep.pruner``)."""
+    name, args = (value, {}) if isinstance(value, str) else (
+        next(iter(value.items())) if isinstance(value, dict) and len(value) == 1 else (None, None))
+    if not isinstance(name, str) or not isinstance(args, (dict, type(None))):
+        raise ValueError(f"expected a {what} name or '{{name: {{arguments}}}}' (one key, its value a mapping)")
+    if name not in names:
+        raise ValueError(f"unknown {what} {name!r}; expected one of: {', '.join(names)}")
+    return value
+
+
+def _is_scalar(value: Any) -> bool:
+    return value is None or isinstance(value, (bool, int, float, str))
+
+
+def _check_parameters(value: Any) -> Any:
+    """``sweep.parameters``: ``{dotted.key: {kind: arguments}}`` (:data:`PARAMETER_KINDS`)."""
+    if not isinstance(value, dict) or not value:
+        raise ValueError("expected a mapping of dotted config keys to one search space each, e.g. "
+                         "{model.optimizer.learning_rate: {log_uniform: [1.0e-4, 1.0e-2]}}")
+    for key, spec in value.items():
+        if not isinstance(key, str) or not re.match(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$", key):
+            raise ValueError(f"{short_repr(key)} is not a dotted config key such as train.batch_size_per_replica")
+        if key.split(".")[0] in ("sweep", "output"):
+            raise ValueError(f"{key}: the sweep sets no {key.split('.')[0]}.* key for its trials "
+                             "(each trial's run directory and tracking are the sweep's)")
+        if not isinstance(spec, dict) or len(spec) != 1 or next(iter(spec)) not in PARAMETER_KINDS:
+            raise ValueError(f"{key}: expected one of {', '.join(k + ': ...' for k in PARAMETER_KINDS)} "
+                             f"(received {short_repr(spec)})")
+        kind, args = next(iter(spec.items()))
+        if kind == "choice":
+            if not isinstance(args, list) or not args or not all(_is_scalar(a) for a in args):
+                raise ValueError(f"{key}: choice takes a non-empty list of numbers, text, true/false or null "
+                                 f"(received {short_repr(args)})")
+            if len({repr(a) for a in args}) != len(args):
+                raise ValueError(f"{key}: choice lists a value twice (received {short_repr(args)})")
+            continue
+        whole = kind in ("int", "log_int")
+        number = (int,) if whole else (int, float)
+        if (not isinstance(args, list) or len(args) != 2
+                or not all(isinstance(a, number) and not isinstance(a, bool) for a in args)):
+            raise ValueError(f"{key}: {kind} takes [low, high], two {'integers' if whole else 'numbers'} "
+                             f"(received {short_repr(args)})")
+        low, high = args
+        if not low < high:
+            raise ValueError(f"{key}: {kind} needs low < high (received {short_repr(args)})")
+        if kind.startswith("log") and low <= 0:
+            raise ValueError(f"{key}: {kind} needs low > 0, a logarithmic range cannot reach 0 "
+                             f"(received {short_repr(args)})")
+    return value
+
+
+class PerTrialConfig(_Section):
+    """``sweep.per_trial``: the devices each trial gets (:mod:`tfgpu.placement`).
+
+    Attributes:
+        gpus: GPUs per trial: a whole number (each trial sees that many GPUs
+            through ``CUDA_VISIBLE_DEVICES``), or a fraction below 1 (``0.5``:
+            two trials share each GPU, each capped with
+            ``devices.memory_fraction: 0.5``). Ignored on a host without GPUs,
+            where ``--parallel K`` slots share the CPU cores.
+    """
+
+    gpus: Union[int, float] = Field(1, gt=0, le=64)
+
+
+class SweepConfig(_Section):
+    """``sweep``: a hyperparameter search over the recipe, run by ``tfgpu sweep`` (Optuna; docs/sweep.md).
+
+    ``tfgpu run`` ignores this section; each trial is an ordinary ``tfgpu run`` of the recipe with the
+    trial's parameters set like ``--set``.
+
+    Attributes:
+        metric: the figure each trial is judged by: any column of the run's
+            ``metrics.csv`` (``val_accuracy``, ``val_loss``, ...) or a
+            ``test_*`` figure; the trial's value is its last epoch's.
+        direction: ``maximize`` or ``minimize``; ``null``: from the metric's
+            name (loss, error and the like down, the rest up).
+        trials: how many trials the study runs in all (``--trials`` overrides).
+        sampler: ``tpe`` (``optuna.samplers.TPESampler``, the default), ``random``
+            or ``grid`` (every parameter a ``choice``); or ``{name: {arguments}}``.
+        pruner: ``median`` (``optuna.pruners.MedianPruner``, the default),
+            ``none``, ``percentile``, ``successive_halving`` or ``hyperband``;
+            or ``{name: {arguments}}``. Trials report ``metric`` after each epoch.
+        parameters: ``{dotted.key: {kind: arguments}}``, kind one of
+            ``uniform: [low, high]``, ``log_uniform: [low, high]``,
+            ``int: [low, high]``, ``log_int: [low, high]``, ``choice: [a, b, ...]``.
+        enqueue: parameter sets to try first, in order (``optuna.Study.enqueue_trial``).
+        per_trial: :class:`PerTrialConfig`.
+        seed: the sampler's seed (``null``: unseeded).
+    """
+
+    metric: str = "val_loss"
+    direction: Optional[Literal["maximize", "minimize"]] = None
+    trials: int = Field(8, ge=1, le=100_000)
+    sampler: Annotated[Any, AfterValidator(lambda v: _named_spec(v, SAMPLERS, "sampler"))] = "tpe"
+    pruner: Annotated[Any, AfterValidator(lambda v: _named_spec(v, PRUNERS, "pruner"))] = "median"
+    parameters: Annotated[dict[str, Any], AfterValidator(_check_parameters)]
+    enqueue: list[dict[str, Any]] = Field(default_factory=list)
+    per_trial: PerTrialConfig = Field(default_factory=PerTrialConfig)
+    seed: Optional[int] = None
+
+    @model_validator(mode="after")
+    def _check_enqueued(self) -> "SweepConfig":
+        for i, params in enumerate(self.enqueue):
+            unknown = sorted(set(params) - set(self.parameters))
+            if unknown:
+                raise PydanticCustomError(
+                    "key_error", "enqueued trial {i} sets {unknown}, which sweep.parameters does not search",
+                    {"loc": ("enqueue", i), "i": i, "unknown": ", ".join(unknown)})
+        if self.per_trial.gpus > 1 and self.per_trial.gpus != int(self.per_trial.gpus):
+            raise PydanticCustomError(
+                "key_error", "per_trial.gpus above 1 must be a whole number of GPUs (a fraction shares one GPU)",
+                {"loc": ("per_trial", "gpus")})
+        return self
+
+    @property
+    def sampler_name(self) -> str:
+        """``tpe``, ``random`` or ``grid``."""
+        return self.sampler if isinstance(self.sampler, str) else next(iter(self.sampler))
+
+    @property
+    def pruner_name(self) -> str:
+        """One of :data:`PRUNERS`."""
+        return self.pruner if isinstance(self.pruner, str) else next(iter(self.pruner))
+
+
 class Config(_Section):
     """A whole tfgpu configuration (the schema of a recipe).
 
@@ -1194,6 +1330,7 @@ class Config(_Section):
     model: ModelConfig = Field(default_factory=ModelConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
     output: OutputConfig = Field(default_factory=OutputConfig)
+    sweep: Optional[SweepConfig] = None
 
     @model_validator(mode="after")
     def _check_across_sections(self) -> "Config":
