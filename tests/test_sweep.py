@@ -79,11 +79,16 @@ def test_whole_gpus_give_one_slot_per_gpu_or_per_group(monkeypatch):
 
 def test_a_fraction_shares_each_gpu_with_a_memory_cap(monkeypatch):
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    slots = plan_slots(load_config(SWEEP, ["sweep.per_trial.gpus=0.5"]), probe(nvml=a100s(2)), None, [0])
+    half = load_config(SWEEP, ["sweep.per_trial.gpus=0.5"])
+    slots = plan_slots(half, probe(nvml=a100s(2)), None, [0])
     assert [(s.env["CUDA_VISIBLE_DEVICES"], s.overrides) for s in slots] == [
-        ("0", ("devices.memory_fraction=0.5",)), ("0", ("devices.memory_fraction=0.5",)),
-        ("1", ("devices.memory_fraction=0.5",)), ("1", ("devices.memory_fraction=0.5",))]
-    assert "share 2 of 2" in slots[1].label
+        ("0", ("devices.memory_fraction=0.5",)), ("1", ("devices.memory_fraction=0.5",)),
+        ("0", ("devices.memory_fraction=0.5",)), ("1", ("devices.memory_fraction=0.5",))]
+    assert "share 2 of 2" in slots[2].label
+    two = plan_slots(half, probe(nvml=a100s(2)), 2, [0])  # --parallel 2: one share of each GPU, not both of GPU 0
+    assert [s.env["CUDA_VISIBLE_DEVICES"] for s in two] == ["0", "1"]
+    most = plan_slots(load_config(SWEEP, ["sweep.per_trial.gpus=0.75"]), probe(nvml=a100s(1)), None, [0])
+    assert len(most) == 1 and most[0].overrides == ("devices.memory_fraction=0.75",)  # one trial, still capped
     third = plan_slots(load_config(SWEEP, ["sweep.per_trial.gpus=0.3"]), probe(nvml=a100s(1)), None, [0])
     assert len(third) == 3 and third[0].overrides == ("devices.memory_fraction=0.3",)
 
@@ -122,7 +127,8 @@ def test_plan_of_a_sweep_shows_the_slots_of_a_machine_file(monkeypatch, tmp_path
     assert "CUDA_VISIBLE_DEVICES=3 CUDA_DEVICE_ORDER=PCI_BUS_ID --set devices.memory_fraction=0.5" in shown.stdout
     as_json = json.loads(run_cli("plan", str(SWEEP), "--machine", str(machine), "--json").stdout)
     assert [s["env"]["CUDA_VISIBLE_DEVICES"] for s in as_json["sweep"]["slots"]] == ["0", "1", "2", "3"]
-    here = run_cli("plan", str(SWEEP), "--parallel", "2")
+    here = run_cli("plan", str(SWEEP), "--parallel", "2", "--set", "devices.visible_gpus=none")
+    assert here.returncode == 0, here.stderr
     assert "slot 1: CPU core" in here.stdout and "--set tensorflow.intra_op_threads=" in here.stdout
 
 
@@ -134,6 +140,10 @@ def test_plan_of_a_sweep_shows_the_slots_of_a_machine_file(monkeypatch, tmp_path
     ({"sampler": "grid"}, "grid tries every combination"),
     ({"parameters": {"model.optimizer.learning_rate": {"log_uniform": [0, 1]}}}, "low > 0"),
     ({"pruner": {"median": {"n_warmup": 2}}}, "MedianPruner(n_warmup=2) was refused"),
+    ({"enqueue": [{"train.batch_size_per_replica": 48}]}, "48, outside its search space choice [16, 32, 64]"),
+    ({"parameters": {"train.epochs": {"uniform": [2, 5]}}}, "'train.epochs': Input should be a valid integer"),
+    ({"parameters": {"train.batch_size_per_replica": {"choice": [16, "x", 64]}}}, "train.batch_size_per_replica=x"),
+    ({"parameters": {"tensorflow.intra_op_threads": {"choice": [1, 2]}}}, "each trial's slot sets it"),
 ])
 def test_a_bad_sweep_section_is_a_config_error_before_any_trial(tmp_path, change, says):
     data = yaml.safe_load(SWEEP.read_text())
@@ -144,7 +154,7 @@ def test_a_bad_sweep_section_is_a_config_error_before_any_trial(tmp_path, change
     assert result.returncode == 3, result.stdout + result.stderr
     one_paragraph(result.stderr)
     assert says in result.stderr
-    assert not list((tmp_path / "runs").glob("*/trials/trial-*")) if (tmp_path / "runs").exists() else True
+    assert not (tmp_path / "runs").exists()  # refused before a sweep directory was made
 
 
 def test_a_recipe_without_a_sweep_section_and_a_resume_of_no_sweep_are_refused(tmp_path):
@@ -199,8 +209,11 @@ def test_a_sweep_runs_its_trials_two_at_a_time_and_prints_the_table(finished):
         config = yaml.safe_load((tmp / row["run_dir"] / "config.resolved.yaml").read_text())
         assert config["model"]["optimizer"]["learning_rate"] == pytest.approx(float(row["model.optimizer.learning_rate"]))
         assert config["train"]["batch_size_per_replica"] == int(row["train.batch_size_per_replica"])
-        assert config["sweep"] is None and config["tensorflow"]["intra_op_threads"] == 1  # its slot: one core
-    assert "trial 1 starts on slot 1 (CPU core 1)" in result.stdout  # two at a time
+        slot = next(s for s in json.loads((directory / "sweep.json").read_text())["slots"]
+                    if f"--set tensorflow.intra_op_threads={config['tensorflow']['intra_op_threads']}" in
+                    [f"--set {o}" for o in s["overrides"]])
+        assert config["sweep"] is None and len(slot["cpus"]) == config["tensorflow"]["intra_op_threads"]
+    assert "trial 1 starts on slot 1 (CPU core" in result.stdout  # two at a time
     header = next(line for line in result.stdout.splitlines() if line.startswith("trial  "))
     assert header.split() == list(rows[0])
     best = min(rows, key=lambda r: float(r["val_loss"]))
@@ -249,6 +262,8 @@ def test_the_trial_command_is_pinned_to_its_slot_and_linked_to_its_study(finishe
 def test_pruning_stops_a_hopeless_trial(tmp_path):
     good, hopeless = 0.01, 1.0e-6
     recipe = sweep_recipe(tmp_path, epochs=12, trials=2, sampler="random", metric="val_loss",
+                          parameters={"model.optimizer.learning_rate": {"log_uniform": [1.0e-7, 0.1]},
+                                      "train.batch_size_per_replica": {"choice": [16, 32, 64]}},
                           pruner={"median": {"n_startup_trials": 1, "n_warmup_steps": 1}},
                           enqueue=[{"model.optimizer.learning_rate": good, "train.batch_size_per_replica": 32},
                                    {"model.optimizer.learning_rate": hopeless, "train.batch_size_per_replica": 32}])
@@ -343,8 +358,12 @@ def test_two_sweep_processes_on_one_storage_share_the_trials_without_duplicates(
     ran = [sorted(int(p.name.split("-")[1]) for p in sweep_dir(tmp_path / f"machine{i}").glob("trials/trial-*")
                   if p.is_dir()) for i in range(2)]
     assert sorted(ran[0] + ran[1]) == [0, 1, 2, 3, 4] and ran[0] and ran[1], ran  # each trial once, both worked
-    for trial in study.trials:  # each trial's run directory is the process's that ran it
-        assert Path(trial.user_attrs["run_dir"]).name == f"trial-{trial.number:04d}"
+    for trial in study.trials:  # each trial ran once, in the sweep directory of the process that asked it
+        run_dir = (tmp_path / trial.user_attrs["run_dir"]).resolve()
+        assert run_dir.parent.parent == Path(trial.user_attrs["sweep_dir"]) and run_dir.parent.parent.parent.name in (
+            "machine0", "machine1")
+        assert json.loads((run_dir / "summary.json").read_text())["status"] == "completed"
+        assert (run_dir.parent / f"trial-{trial.number:04d}.log").read_text().count("# attempt") == 1
 
 
 # ------------------------------------------------------------------ parameter values and --sweep FILE
@@ -377,3 +396,30 @@ def test_the_sweep_section_can_come_from_its_own_file(tmp_path):
     cfg = prepare(recipe, ["sweep.trials=5"], str(tmp_path / "bare.yaml"), 6)
     assert cfg.sweep.trials == 6 and cfg.sweep.metric == "val_loss"  # and --trials over both
     assert set(cfg.sweep.parameters) == {"model.optimizer.learning_rate", "train.batch_size_per_replica"}
+
+
+def test_a_grid_sweep_tells_every_point_without_stopping_the_study():
+    """Optuna's GridSampler stops the study (Study.stop) after its last point, which raises outside
+    Study.optimize; the sweep asks and tells, and its grid sampler does not stop it."""
+    from tfgpu.sweep import distributions, grid_size, sampler
+
+    cfg = load_config(SWEEP, ["sweep.sampler=grid", "sweep.parameters={train.batch_size_per_replica: "
+                              "{choice: [16, 32]}, model.optimizer.learning_rate: {choice: [0.01, 0.001]}}"])
+    study = optuna.create_study(sampler=sampler(cfg))
+    seen = set()
+    for _ in range(grid_size(cfg)):
+        trial = study.ask(distributions(cfg))
+        seen.add(tuple(sorted(trial.params.items())))
+        study.tell(trial, 0.5)
+    assert grid_size(cfg) == 4 and len(seen) == 4 and len(study.trials) == 4
+
+
+def test_a_trials_error_is_quoted_whole_from_its_log(tmp_path):
+    from tfgpu.sweep import _error_of
+
+    log = tmp_path / "trial-0000.log"
+    log.write_text("# attempt 1: tfgpu run r.yaml\nEpoch 1/2 - loss: 0.3\ntfgpu: configuration error: invalid "
+                   "configuration:\n  - --set train.epochs=3.5: 'train.epochs': Input should be a valid integer.\n"
+                   "Fix: correct the keys above.\n")
+    assert _error_of(log) == ("configuration error: invalid configuration: - --set train.epochs=3.5: 'train.epochs': "
+                              "Input should be a valid integer. Fix: correct the keys above.")

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
 from .config import Config
+from .config.schema import SLOT_KEYS  # noqa: F401  (the keys a slot sets: a sweep may not search them)
 from .errors import DeviceError
 from .planning import visible_gpus
 from .probe import GpuInfo, Probe
@@ -94,8 +95,8 @@ def _gpu_groups(cfg: Config, gpus: list[GpuInfo]) -> list[tuple[list[GpuInfo], i
     """``(GPUs, share, shares)`` per slot for ``sweep.per_trial.gpus``."""
     want = cfg.sweep.per_trial.gpus if cfg.sweep is not None else 1
     if want < 1:
-        shares = math.floor(1 / want + 1e-9)
-        return [([g], s + 1, shares) for g in gpus for s in range(shares)]
+        shares = math.floor(1 / want + 1e-9)  # (0.5, 1): one share per GPU, still capped
+        return [([g], s + 1, shares) for s in range(shares) for g in gpus]  # each GPU's first share first
     want = int(want)
     mig = [g for g in gpus if g.is_mig]
     if want > 1 and mig:
@@ -139,17 +140,17 @@ def plan_slots(cfg: Config, probe: Probe, parallel: Optional[int], cores: Sequen
     if isinstance(cfg.devices.visible_gpus, list):
         base.append("devices.visible_gpus=all")  # each trial sees only its own GPUs, renumbered from 0
     slots = []
+    want = cfg.sweep.per_trial.gpus if cfg.sweep is not None else 1
     for i, (group, share, shares) in enumerate(_gpu_groups(cfg, gpus)):
         names = ",".join(g.cuda_name for g in group)
         env = {"CUDA_VISIBLE_DEVICES": names, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
         overrides = list(base)
         label = ", ".join(f"GPU {g.cuda_name} ({g.label()})" for g in group)
-        if shares > 1:
-            fraction = round(1 / shares, 4) if cfg.sweep is None else cfg.sweep.per_trial.gpus
-            overrides.append(f"devices.memory_fraction={fraction}")
+        if want < 1:
+            overrides.append(f"devices.memory_fraction={want}")
             if cfg.devices.memory_limit_mib is not None:
                 overrides.append("devices.memory_limit_mib=null")
-            label += f", share {share} of {shares} (devices.memory_fraction {fraction})"
+            label += f", share {share} of {shares} (devices.memory_fraction {want})"
         slots.append(Slot(i, label, env, tuple(overrides)))
     if parallel is not None:
         slots = slots[:parallel]

@@ -20,7 +20,7 @@ from .results import CONFIG_FILE, RESOLVED_CONFIG_FILE, process_alive, stale_sta
 
 #: Settings a resumed run may change: they do not change what is trained or on what.
 MAY_CHANGE = ("train.progress", "train.checkpoint", "train.profile_steps", "train.terminate_on_nan", "output",
-              "tensorflow.log_level")
+              "tensorflow.log_level", "tensorflow.intra_op_threads", "tensorflow.inter_op_threads")
 #: Set (to why) for the workers of a restarted ``tfgpu run --workers N`` group: resume ``TFGPU_RUN_DIR``.
 RESUME_ENV = "TFGPU_RESUME"
 #: Set by ``tfgpu run --workers N`` for its workers: the run directory the chief writes.

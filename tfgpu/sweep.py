@@ -142,10 +142,16 @@ def _construct(module: Any, names: dict[str, str], value: Any, key: str, **extra
             f"(https://optuna.readthedocs.io/en/stable/reference/{module.__name__.split('.')[-1]}.html).") from None
 
 
-def sampler(cfg: Config) -> Any:
-    """``sweep.sampler`` as an ``optuna.samplers`` object, seeded with ``sweep.seed``."""
+def sampler(cfg: Config, seed: Optional[int] = None) -> Any:
+    """``sweep.sampler`` as an ``optuna.samplers`` object, seeded with ``seed`` (default ``sweep.seed``).
+
+    ``grid``: ``optuna.samplers.GridSampler`` without its stop: Optuna's ``after_trial`` calls
+    ``Study.stop()`` when the grid is used up, which raises outside ``Study.optimize`` (the sweep asks and
+    tells, and stops at the grid's size itself, :func:`grid_size`).
+    """
     optuna = _optuna()
     name, _ = _spec(cfg.sweep.sampler)
+    seed = cfg.sweep.seed if seed is None else seed
     if name == "grid":
         space = {}
         for key, spec in cfg.sweep.parameters.items():
@@ -155,9 +161,22 @@ def sampler(cfg: Config) -> Any:
                     f"sweep.sampler: grid tries every combination of listed values, but sweep.parameters.{key} is "
                     f"{kind} {args} (a range).", f"write {key} as choice: [...], or use sampler: tpe or random.")
             space[key] = list(args)
-        return _construct(optuna.samplers, SAMPLERS, cfg.sweep.sampler, "sweep.sampler", search_space=space,
-                          seed=cfg.sweep.seed)
-    return _construct(optuna.samplers, SAMPLERS, cfg.sweep.sampler, "sweep.sampler", seed=cfg.sweep.seed)
+        return _construct(_GridModule(optuna.samplers), SAMPLERS, cfg.sweep.sampler, "sweep.sampler",
+                          search_space=space, seed=seed)
+    return _construct(optuna.samplers, SAMPLERS, cfg.sweep.sampler, "sweep.sampler", seed=seed)
+
+
+class _GridModule:
+    """``optuna.samplers`` with ``GridSampler`` replaced by one whose ``after_trial`` does not stop the study."""
+
+    def __init__(self, module: Any) -> None:
+        self.__name__ = module.__name__
+
+        class GridSampler(module.GridSampler):
+            def after_trial(self, study: Any, trial: Any, state: Any, values: Any) -> None:
+                pass  # (GridSampler's own calls study.stop(), which raises outside Study.optimize)
+
+        self.GridSampler = GridSampler
 
 
 def pruner(spec: Any) -> Any:
@@ -170,6 +189,24 @@ def grid_size(cfg: Config) -> Optional[int]:
     if cfg.sweep.sampler_name != "grid":
         return None
     return math.prod(len(next(iter(spec.values()))) for spec in cfg.sweep.parameters.values())
+
+
+def masked(spec: str) -> str:
+    """A storage URL as messages show it: its password replaced by ``***``."""
+    import re  # noqa: PLC0415
+
+    return re.sub(r"(://[^:/@]+:)[^@/]*@", r"\1***@", spec)
+
+
+def lock_path(spec: str, directory: Path) -> Path:
+    """The file whose lock serialises counting and asking trials: beside a journal file or SQLite database
+    (every sweep process on this machine that shares the storage uses it), else in ``directory`` (a database
+    server: processes on several machines can each ask one trial beyond ``trials``, docs/sweep.md)."""
+    if "://" not in spec:  # (not FILE.lock: Optuna's JournalFileBackend locks with that name itself)
+        return Path(spec + ".tfgpu-ask.lock")
+    if spec.startswith("sqlite:///"):
+        return Path(spec[len("sqlite:///"):] + ".tfgpu-ask.lock")
+    return directory / TRIALS_DIR / ".ask.lock"
 
 
 def open_storage(spec: str) -> Any:
@@ -186,7 +223,8 @@ def open_storage(spec: str) -> Any:
         return optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(spec))
     except Exception as exc:  # SQLAlchemy's, the driver's and OSError: all mean "cannot open it"
         raise SweepError(
-            f"--storage: the study's storage {spec!r} cannot be opened: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}.",
+            f"--storage: the study's storage {masked(spec)!r} cannot be opened: "
+            f"{masked(str(exc).splitlines()[0]) if str(exc) else type(exc).__name__}.",
             "give a journal file path, or a database URL Optuna supports (sqlite:///FILE.db, "
             "postgresql://USER:PASSWORD@HOST/DB, mysql+pymysql://...) whose server is up and whose driver is "
             "installed.") from None
@@ -254,16 +292,26 @@ def metric_value(summary: dict[str, Any], metric: str) -> Optional[float]:
     return value if math.isfinite(value) else None
 
 
-def _last_line(log: Path) -> str:
-    """The last ``tfgpu: error`` paragraph (or line) of a trial's log."""
+def _error_of(log: Path) -> str:
+    """The last error a trial's log reports (``tfgpu: <kind>: ...`` through its ``Fix:`` line, as one line, without
+    the ``tfgpu: `` prefix), else its last line."""
+    from . import errors  # noqa: PLC0415
+
+    kinds = {cls.kind for cls in vars(errors).values() if isinstance(cls, type) and issubclass(cls, errors.TfgpuError)}
     try:
         lines = [line.strip() for line in log.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
     except OSError:
         return ""
-    for line in reversed(lines):
-        if line.startswith("tfgpu: error") or line.startswith("tfgpu: ") and "error" in line[:40]:
-            return line
-    return lines[-1] if lines else ""
+    starts = [i for i, line in enumerate(lines) if line.startswith("tfgpu: ")
+              and line[len("tfgpu: "):].split(":", 1)[0] in kinds]
+    if not starts:
+        return lines[-1] if lines else ""
+    paragraph = []
+    for line in lines[starts[-1]:]:
+        paragraph.append(line)
+        if line.startswith("Fix:"):
+            break
+    return " ".join(paragraph)[len("tfgpu: "):]
 
 
 class Sweep:
@@ -278,10 +326,12 @@ class Sweep:
         study_name: the study's name in the storage.
         slots: :func:`tfgpu.placement.plan_slots`.
         trials: the study's number of trials in all.
+        shared: the storage was given (``--storage``): other sweep processes may share the study, so the
+            sampler's seed is mixed with this sweep directory's path.
     """
 
     def __init__(self, cfg: Config, recipe: str, overrides: Sequence[str], directory: Path, storage: str,
-                 study_name: str, slots: list, trials: int) -> None:
+                 study_name: str, slots: list, trials: int, shared: bool = False) -> None:
         self.cfg, self.recipe, self.overrides = cfg, recipe, list(overrides)
         self.directory, self.storage_spec, self.study_name = directory, storage, study_name
         self.slots, self.trials = slots, trials
@@ -290,27 +340,35 @@ class Sweep:
         self.stopping: Optional[str] = None
         self.finished = 0
         self.recipe_error: Optional[tuple[int, str, int]] = None
+        self.signalled: Optional[str] = None  # set by the signal handler; the loop stops the trials
+        self.alive_orphans = False  # a killed sweep's trial whose process still runs (it is stopping)
         self.parent_env: dict[str, str] = {}
         self.tracking: Optional[dict[str, Any]] = None  # the sweep's MLflow run (output.mlflow)
         optuna = _optuna()
         self.storage = open_storage(storage)
         self.direction = direction_of(cfg)
         try:
-            self.study = optuna.create_study(study_name=study_name, storage=self.storage, sampler=sampler(cfg),
+            seed = cfg.sweep.seed
+            if seed is not None and shared:  # processes sharing a study must not all draw the same points
+                import zlib  # noqa: PLC0415
+
+                seed = (seed + zlib.crc32(str(directory.resolve()).encode())) % 2**32
+            self.study = optuna.create_study(study_name=study_name, storage=self.storage, sampler=sampler(cfg, seed),
                                              pruner=pruner(cfg.sweep.pruner), direction=self.direction, load_if_exists=True)
         except TfgpuError:
             raise
         except Exception as exc:
-            raise SweepError(f"--storage: the study {study_name!r} cannot be created or opened in {storage!r}: {exc}.",
+            raise SweepError(f"--storage: the study {study_name!r} cannot be created or opened in "
+                             f"{masked(storage)!r}: {masked(str(exc).splitlines()[0] if str(exc) else repr(exc))}.",
                              "check the storage, or name another study with --study.") from None
         if self.study.direction.name.lower() != self.direction:
             raise SweepError(
-                f"sweep.direction: the study {study_name!r} in {storage!r} already exists and is to "
+                f"sweep.direction: the study {study_name!r} in {masked(storage)!r} already exists and is to "
                 f"{self.study.direction.name.lower()} (received {self.direction} for {cfg.sweep.metric}).",
                 "use the study's direction, or another study name (--study).")
         self.distributions = distributions(cfg)
         (directory / TRIALS_DIR).mkdir(parents=True, exist_ok=True)
-        self.count_lock = directory / TRIALS_DIR / ".ask.lock"
+        self.count_lock = lock_path(storage, directory)
         self._enqueue()
 
     # Which trial next ---------------------------------------------------------------------------------------------
@@ -344,16 +402,19 @@ class Sweep:
 
     def next_trial(self) -> Optional[tuple[Any, bool, Any]]:
         """``(frozen trial, resumed, lock)`` for a free slot, or ``None`` when nothing is left to start."""
+        self.alive_orphans = False
         for orphan in self._orphans():
             run_dir = self.run_dir(orphan.number)
             lock = _claim(self._lock_path(orphan.number))
-            if lock is None:
-                continue  # another sweep process runs it
+            if lock is None:  # its process holds the lock (a trial outlives a killed sweep until it stops)
+                self.alive_orphans = True
+                continue
             summary = _read_summary(run_dir)
             from .results import process_alive  # noqa: PLC0415
 
             if summary.get("status") == "running" and process_alive(summary.get("process")):
                 lock.close()  # its process outlived a killed sweep and is stopping (SIGTERM); take it over later
+                self.alive_orphans = True
                 continue
             if summary.get("status") == "completed":
                 self._finish(orphan.number, orphan._trial_id, run_dir, 0)
@@ -368,11 +429,11 @@ class Sweep:
             if self._counted() >= limit:
                 return None
             trial = self.study.ask(self.distributions)
-        run_dir = self.run_dir(trial.number)
+            run_dir = self.run_dir(trial.number)
+            for key, value in {"sweep_dir": str(self.directory.resolve()), "host": socket.gethostname(),
+                               "run_dir": str(run_dir)}.items():  # (before the lock is released: never unowned)
+                trial.set_user_attr(key, value)
         lock = _claim(self._lock_path(trial.number))
-        for key, value in {"sweep_dir": str(self.directory.resolve()), "host": socket.gethostname(),
-                           "run_dir": str(run_dir)}.items():
-            trial.set_user_attr(key, value)
         frozen = self.storage.get_trial(trial._trial_id)
         return frozen, False, lock
 
@@ -409,10 +470,14 @@ class Sweep:
         log = open(log_path, "a", encoding="utf-8")
         log.write(f"# attempt {attempts}: {shlex.join(['tfgpu', *cmd[5:]])}\n")
         log.flush()
+        # start_new_session: Ctrl-C reaches the sweep, which stops the trials in order; pass_fds: the trial's
+        # process holds its lock too, so a trial that outlives a killed sweep is never run twice
         process = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   cwd=self.cwd, start_new_session=True)  # Ctrl-C reaches the sweep, which stops them in order
+                                   cwd=self.cwd, start_new_session=True, pass_fds=(lock.fileno(),))
         self.running[slot.index] = Trial(frozen.number, frozen._trial_id, slot, self.run_dir(frozen.number),
                                          process, lock, log)
+        if self.stopping:  # a stop arrived while it was being started
+            process.send_signal(signal.SIGTERM)
         params = ", ".join(f"{k}={_fmt(v)}" for k, v in frozen.params.items())
         say(f"trial {frozen.number} {'continues' if resumed else 'starts'} on slot {slot.index} ({slot.label}): "
             f"{params}")
@@ -473,7 +538,7 @@ class Sweep:
             say(f"trial {number} stopped with a checkpoint (exit 75); "
                 + ("'tfgpu sweep --resume' continues it" if self.stopping else "it continues"))
             return  # still RUNNING in the study: continued from its checkpoint (now, or by --resume)
-        error = _last_line(log) if log else ""
+        error = _error_of(log) if log else ""
         set_attr(trial_id, "error", error[:500])
         self.study.tell(number, state=state("FAIL"))
         self.finished += 1
@@ -505,6 +570,9 @@ class Sweep:
     def loop(self) -> None:
         """Run trials in the free slots until the study has its trials (or the sweep is stopped)."""
         while True:
+            if self.signalled:
+                why, self.signalled = self.signalled, None
+                self.stop(why)
             self.reap()
             if self.recipe_error and not self.stopping:
                 self.stop(f"trial {self.recipe_error[0]} found an error in the recipe")
@@ -516,7 +584,7 @@ class Sweep:
                     break
                 self.start(*found, slot)
                 started = True
-            if not self.running and not started:
+            if not self.running and not started and not (self.alive_orphans and not self.stopping):
                 return
             time.sleep(POLL_SECONDS)
 
@@ -568,20 +636,33 @@ def write_results(directory: Path, rows: list[dict[str, Any]]) -> Path:
     return path
 
 
-def best_recipe(recipe: str, overrides: Sequence[str], params: dict[str, Any]) -> dict[str, Any]:
-    """The recipe as written, with the sweep's ``--set`` items and ``params`` set, and no ``sweep`` section."""
+def best_recipe(recipe: str, overrides: Sequence[str], params: dict[str, Any], devices: Sequence[str] = ()
+                ) -> dict[str, Any]:
+    """The recipe as written, with the sweep's ``--set`` items, ``params`` and ``devices`` (what the trial's slot
+    gave it: :func:`trial_devices`) set, and no ``sweep`` section."""
     import yaml  # noqa: PLC0415
 
     from .config.source import _set_path, parse_override  # noqa: PLC0415
 
     data = yaml.safe_load(Path(recipe).read_text(encoding="utf-8")) or {}
-    for item in [*overrides, *(set_item(k, v) for k, v in params.items())]:
+    for item in [*overrides, *(set_item(k, v) for k, v in params.items()), *devices]:
         path, value = parse_override(item)
         _set_path(data, path, value, f"--set {item}")
     data.pop("sweep", None)
     output = data.setdefault("output", {}) if isinstance(data.get("output", {}), dict) else {}
     output.setdefault("name", f"{Path(recipe).stem}-best")
     return data
+
+
+def trial_devices(cfg: Config, slots: Sequence[Any]) -> list[str]:
+    """The ``--set`` items that give a run the devices a trial had on a GPU slot: ``per_trial.gpus`` GPUs
+    (``devices.visible_gpus: [0, ...]``) and, for a share, ``devices.memory_fraction``; none on CPU slots (a
+    trial's thread limits only divide the cores, and do not change what is trained)."""
+    if not any("CUDA_VISIBLE_DEVICES" in slot.env for slot in slots):
+        return []
+    want = cfg.sweep.per_trial.gpus
+    items = [set_item("devices.visible_gpus", list(range(max(1, int(want)))))]
+    return items + [set_item("devices.memory_fraction", want)] if want < 1 else items
 
 
 def write_best(sweep: Sweep) -> Optional[Path]:
@@ -594,7 +675,7 @@ def write_best(sweep: Sweep) -> Optional[Path]:
         best = sweep.study.best_trial
     except ValueError:
         return None
-    data = best_recipe(sweep.recipe, sweep.overrides, best.params)
+    data = best_recipe(sweep.recipe, sweep.overrides, best.params, trial_devices(sweep.cfg, sweep.slots))
     head = (f"# tfgpu sweep {sweep.directory}: trial {best.number} of {sweep.trials}, {sweep.cfg.sweep.metric} "
             f"{best.value:.6g} ({sweep.direction})\n# from {sweep.recipe}; run it with: tfgpu run "
             f"{sweep.directory / BEST_FILE}\n")
@@ -623,15 +704,20 @@ class SweepResult:
 
 
 def _check_parameters(cfg: Config, recipe: str, overrides: Sequence[str]) -> None:
-    """Each parameter's key and its extreme values (and each enqueued set) validated as the trials will set them."""
+    """Each parameter's key and values validated as the trials will set them: every choice, a range's ends and a
+    value inside it (a float range gives floats: ``train.epochs: {uniform: ...}`` is refused here, not by each
+    trial), and each enqueued set."""
     sweep = cfg.sweep
     sets: list[list[str]] = []
-    for end in (0, -1):
-        items = []
-        for key, spec in sweep.parameters.items():
-            kind, args = next(iter(spec.items()))
-            items.append(set_item(key, args[end]))
-        sets.append(items)
+    for key, spec in sweep.parameters.items():  # one key at a time: every choice, a range's ends and inside
+        kind, args = next(iter(spec.items()))
+        if kind == "choice":
+            values = list(args)
+        elif kind in ("int", "log_int"):
+            values = [args[0], (args[0] + args[1]) // 2, args[1]]
+        else:
+            values = [float(args[0]), args[0] + 0.37 * (args[1] - args[0]), float(args[1])]  # floats, as sampled
+        sets += [[set_item(key, value)] for value in values]
     sets += [[set_item(k, v) for k, v in params.items()] for params in sweep.enqueue]
     for items in sets:
         try:
@@ -668,6 +754,8 @@ def prepare(recipe: str, overrides: Sequence[str], sweep_file: Optional[str], tr
     if trials is not None:
         cfg = cfg.model_copy(update={"sweep": cfg.sweep.model_copy(update={"trials": trials})})
     _check_parameters(cfg, recipe, overrides)
+    sampler(cfg)  # the sampler's and the pruner's arguments, before a sweep directory is made
+    pruner(cfg.sweep.pruner)
     return cfg
 
 
@@ -705,6 +793,11 @@ def run_sweep(recipe: Optional[str], overrides: Sequence[str] = (), trials: Opti
     from .rundir import run_name  # noqa: PLC0415
 
     saved: dict[str, Any] = {}
+
+    def absolute(path: Optional[str]) -> Optional[str]:  # (a resumed sweep reads paths from its first cwd)
+        return str(Path(path).resolve()) if path and "://" not in path else path
+
+    recipe, sweep_file, storage = absolute(recipe), absolute(sweep_file), absolute(storage)
     if resume:
         directory = Path(resume).resolve()
         try:
@@ -713,6 +806,10 @@ def run_sweep(recipe: Optional[str], overrides: Sequence[str] = (), trials: Opti
             raise SweepError(f"--resume: {resume!r} is not a sweep directory ({SWEEP_FILE} cannot be read: "
                              f"{getattr(exc, 'strerror', None) or exc}).",
                              "name the directory 'tfgpu sweep' printed (output.dir/NAME-sweep-...).") from None
+        if not isinstance(saved, dict) or not isinstance(saved.get("recipe"), str):
+            raise SweepError(f"--resume: {directory / SWEEP_FILE} is not a sweep's record (received "
+                             f"{type(saved).__name__}{' without a recipe' if isinstance(saved, dict) else ''}).",
+                             "name the directory 'tfgpu sweep' printed, whose sweep.json it wrote.")
         recipe = recipe or saved["recipe"]
         overrides = [*saved.get("overrides", []), *overrides]
         sweep_file = sweep_file or saved.get("sweep_file")
@@ -725,37 +822,43 @@ def run_sweep(recipe: Optional[str], overrides: Sequence[str] = (), trials: Opti
     if saved.get("cwd") and Path(saved["cwd"]).is_dir() and Path(saved["cwd"]).resolve() != Path.cwd().resolve():
         os.chdir(saved["cwd"])  # the recipe's relative paths, as the sweep first read them
     cfg = prepare(recipe, overrides, sweep_file, trials)
-    sample = load_config(recipe, [*overrides, "sweep=null"])
+    sample = load_config(recipe, [*overrides, "sweep=null", *([set_item("output.dir", output_dir)] if output_dir else [])])
     preflight.check(sample, None)
     cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
     slots = plan_slots(cfg, probe(), parallel if parallel is not None else saved.get("parallel"), cores)
     if not resume:
         directory = create_run_dir(output_dir or cfg.output.dir, f"{run_name(cfg, recipe)}-sweep")
+    shared = bool(storage) and storage != saved.get("storage", "") or bool(saved.get("shared"))
     storage = storage or str((directory / JOURNAL_FILE).resolve())
     study_name = study_name or directory.name
     record = {"recipe": str(Path(recipe).resolve()), "overrides": list(overrides), "sweep_file": sweep_file,
               "storage": storage, "study": study_name, "trials": cfg.sweep.trials,
               "parallel": parallel if parallel is not None else saved.get("parallel"),
-              "metric": cfg.sweep.metric, "direction": direction_of(cfg), "cwd": os.getcwd(),
+              "metric": cfg.sweep.metric, "direction": direction_of(cfg), "cwd": os.getcwd(), "shared": shared,
               "slots": [s.to_dict() for s in slots], "status": "running", "started_at": time.time()}
     write_json(directory / SWEEP_FILE, {**saved, **record, "started_at": saved.get("started_at", record["started_at"])})
     say(f"sweep directory {directory}")
     for line in slot_lines(slots, cfg.sweep.trials):
         say(line)
     started = time.perf_counter()
-    sweep = Sweep(cfg, record["recipe"], overrides, directory, storage, study_name, slots, cfg.sweep.trials)
-    parent = _start_tracking(cfg, sweep, record["recipe"], saved.get("mlflow"))
+    try:
+        sweep = Sweep(cfg, record["recipe"], overrides, directory, storage, study_name, slots, cfg.sweep.trials, shared)
+        parent = _start_tracking(cfg, sweep, record["recipe"], saved.get("mlflow"))
+    except BaseException:
+        _set_status(directory, "failed")
+        raise
     if parent:
         write_json(directory / SWEEP_FILE, {**json.loads((directory / SWEEP_FILE).read_text(encoding="utf-8")),
                                             "mlflow": parent})
     previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
 
     def on_signal(signum: int, frame: Any) -> None:
-        sweep.stop("Ctrl-C" if signum == signal.SIGINT else "SIGTERM")
+        sweep.signalled = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"  # (the loop stops the trials)
 
     for s in previous:
         signal.signal(s, on_signal)
     status = "failed"
+    hint = f"free space on that filesystem, then continue: tfgpu sweep --resume {directory}"
     try:
         try:
             sweep.loop()
@@ -766,26 +869,27 @@ def run_sweep(recipe: Optional[str], overrides: Sequence[str] = (), trials: Opti
             if code is None:
                 raise
             raise disk_full_error(code, failed_file(exc, directory), directory,
-                                  "The finished trials, the study and the trials' checkpoints are kept.",
-                                  f"free space on that filesystem, then continue: tfgpu sweep --resume {directory}"
-                                  ) from None
+                                  "The finished trials, the study and the trials' checkpoints are kept.", hint) from None
+        except Exception as exc:  # the storage's own errors (a database that went away, a locked SQLite file)
+            if not type(exc).__module__.startswith(("optuna", "sqlalchemy")):
+                raise
+            raise SweepError(f"the study's storage {masked(storage)!r} failed: {type(exc).__name__}: "
+                             f"{masked(str(exc).splitlines()[0] if str(exc) else '')}.",
+                             f"check the storage, then continue: tfgpu sweep --resume {directory}") from None
         status = "stopped" if sweep.stopping else "completed"
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
         for trial in sweep.running.values():  # (only after an unexpected error: stop them, keep their checkpoints)
             trial.process.send_signal(signal.SIGTERM)
-        rows = result_rows(sweep.study, cfg.sweep.metric)
-        write_results(directory, rows)
-        best_path = write_best(sweep)
-        seconds = time.perf_counter() - started
-        write_json(directory / SWEEP_FILE, {**json.loads((directory / SWEEP_FILE).read_text(encoding="utf-8")),
-                                            "status": status, "seconds": seconds})
+        rows, best_path, seconds = _record_end(sweep, status, started, ok=status != "failed")
         _end_tracking(parent, sweep, status)
     try:
         best = sweep.study.best_trial
     except ValueError:
         best = None
+    if best is None or sweep.recipe_error:
+        _set_status(directory, "failed")
     print(table(rows, best.number if best else None), flush=True)
     if sweep.stopping and sweep.stopping in ("Ctrl-C", "SIGTERM"):
         hint = f"continue it with: tfgpu sweep --resume {directory}"
@@ -806,6 +910,30 @@ def run_sweep(recipe: Optional[str], overrides: Sequence[str] = (), trials: Opti
     say(f"best: trial {best.number}, {cfg.sweep.metric} {best.value:.4f}; {best_path}")
     say(f"done in {seconds:.1f}s: {directory}")
     return SweepResult(directory, rows, best.number, best.value)
+
+
+def _set_status(directory: Path, status: str, **more: Any) -> None:
+    from .results import write_json  # noqa: PLC0415
+
+    write_json(directory / SWEEP_FILE, {**json.loads((directory / SWEEP_FILE).read_text(encoding="utf-8")),
+                                        "status": status, **more})
+
+
+def _record_end(sweep: Sweep, status: str, started: float, ok: bool) -> tuple[list, Optional[Path], float]:
+    """``results.csv``, ``best.yaml`` and ``sweep.json``'s status at the end. After an error (``ok`` false) a
+    failure here is a warning, so the first error is the one reported."""
+    seconds = time.perf_counter() - started
+    try:
+        rows = result_rows(sweep.study, sweep.cfg.sweep.metric)
+        write_results(sweep.directory, rows)
+        best_path = write_best(sweep)
+        _set_status(sweep.directory, status, seconds=seconds)
+    except Exception as exc:
+        if ok:
+            raise
+        warn(f"the sweep's results could not be written ({type(exc).__name__}: {masked(str(exc))[:300]})")
+        return [], None, seconds
+    return rows, best_path, seconds
 
 
 # MLflow: the sweep's own run, whose children the trials are ------------------------------------------------------
@@ -840,8 +968,9 @@ def _end_tracking(ref: Optional[dict[str, Any]], sweep: Sweep, status: str) -> N
         return
     from . import tracking  # noqa: PLC0415
 
+    # (not sweep.json: a database URL in it may hold a password)
     tracking.end_parent_run(ref, {"stopped": "interrupted"}.get(status, status),
-                            [sweep.directory / RESULTS_FILE, sweep.directory / BEST_FILE, sweep.directory / SWEEP_FILE])
+                            [sweep.directory / RESULTS_FILE, sweep.directory / BEST_FILE])
 
 
 # Inside a trial -------------------------------------------------------------------------------------------------------

@@ -1184,6 +1184,11 @@ PRUNERS = {"none": "NopPruner", "median": "MedianPruner", "percentile": "Percent
            "successive_halving": "SuccessiveHalvingPruner", "hyperband": "HyperbandPruner"}
 
 
+#: The keys a sweep's slot sets for its trials (:mod:`tfgpu.placement`); a parameter may not search them.
+SLOT_KEYS = ("devices.visible_gpus", "devices.memory_fraction", "devices.memory_limit_mib",
+             "tensorflow.intra_op_threads", "tensorflow.inter_op_threads")
+
+
 def _named_spec(value: Any, names: Any, what: str) -> Any:
     """``name`` or ``{name: {arguments}}`` with ``name`` among ``names`` (``sweep.sampler``, ``sweep.pruner``)."""
     name, args = (value, {}) if isinstance(value, str) else (
@@ -1207,6 +1212,9 @@ def _check_parameters(value: Any) -> Any:
     for key, spec in value.items():
         if not isinstance(key, str) or not re.match(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$", key):
             raise ValueError(f"{short_repr(key)} is not a dotted config key such as train.batch_size_per_replica")
+        if key in SLOT_KEYS:
+            raise ValueError(f"{key}: each trial's slot sets it (its devices and threads: docs/sweep.md), so a "
+                             "sweep cannot search it; set per_trial or --parallel instead")
         if key.split(".")[0] in ("sweep", "output"):
             raise ValueError(f"{key}: the sweep sets no {key.split('.')[0]}.* key for its trials "
                              "(each trial's run directory and tracking are the sweep's)")
@@ -1294,6 +1302,25 @@ class SweepConfig(_Section):
                 raise PydanticCustomError(
                     "key_error", "enqueued trial {i} sets {unknown}, which sweep.parameters does not search",
                     {"loc": ("enqueue", i), "i": i, "unknown": ", ".join(unknown)})
+            missing = sorted(set(self.parameters) - set(params))
+            if missing and self.sampler_name == "grid":
+                raise PydanticCustomError(
+                    "key_error", "enqueued trial {i} leaves out {missing}; with sampler: grid each enqueued trial "
+                    "is one point of the grid and names every parameter",
+                    {"loc": ("enqueue", i), "i": i, "missing": ", ".join(missing)})
+            for key, value in params.items():
+                kind, args = next(iter(self.parameters[key].items()))
+                if kind == "choice":
+                    fits = any(value == a and isinstance(value, bool) == isinstance(a, bool) for a in args)
+                else:
+                    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+                    fits = number and args[0] <= value <= args[1] and (kind not in ("int", "log_int")
+                                                                       or isinstance(value, int))
+                if not fits:
+                    raise PydanticCustomError(
+                        "key_error", "enqueued trial {i} sets {key} to {value}, outside its search space {kind} "
+                        "{args}", {"loc": ("enqueue", i), "i": i, "key": key, "value": short_repr(value),
+                                   "kind": kind, "args": short_repr(args)})
         if self.per_trial.gpus > 1 and self.per_trial.gpus != int(self.per_trial.gpus):
             raise PydanticCustomError(
                 "key_error", "per_trial.gpus above 1 must be a whole number of GPUs (a fraction shares one GPU)",
