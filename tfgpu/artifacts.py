@@ -488,7 +488,7 @@ def compare(expected: np.ndarray, got: np.ndarray, run: RunModel) -> dict[str, A
 def describe(run: RunModel, fmt: str, target: Path, version: Optional[int], model: Any, value_range: Any,
              check: dict[str, Any], runtime: str, precision: str, seconds: dict[str, float]) -> dict[str, Any]:
     """The ``export.json`` record: everything a client needs to call the artifact (docs/export.md lists it)."""
-    from .trainer import versions as trainer_versions  # noqa: PLC0415
+    from .results import versions as summary_versions  # noqa: PLC0415
 
     units = int(model.outputs[0].shape[-1]) if isinstance(model.outputs, list) else \
         int(next(iter(model.outputs.values())).shape[-1])
@@ -498,7 +498,7 @@ def describe(run: RunModel, fmt: str, target: Path, version: Optional[int], mode
                    "classes (they sum to 1)")
     else:
         meaning = "the predicted value(s)"
-    versions: dict[str, Any] = {**trainer_versions(run.backend), "backend": run.backend}  # as summary.json's
+    versions: dict[str, Any] = {**summary_versions(run.backend), "backend": run.backend}  # as summary.json's
     if fmt == "onnx":
         versions.update({"onnx": _dist_version("onnx"), "onnxruntime": _dist_version("onnxruntime"),
                          ("jax2onnx" if run.backend == "jax" else "tf2onnx"):

@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
+from .console import table_lines
 from .errors import ConfigError, DeviceError
 
 DEFAULT_SIZES = (256, 512, 1024, 2048)
@@ -588,13 +589,6 @@ def _device_notes(names: Sequence[str]) -> list[str]:
 # ------------------------------------------------------------------------ text
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[bool]) -> list[str]:
-    cells = [list(header)] + [list(r) for r in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    return ["  ".join(c.rjust(w) if right[i] else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
-            for r in cells]
-
-
 def _ms(t: float) -> str:
     return f"{t:.3f}" if t < 10 else f"{t:.1f}"
 
@@ -620,7 +614,7 @@ def describe_matmul(rows: Sequence[MatmulRow], repeats: int) -> str:
     """The table ``tfgpu bench matmul`` prints."""
     body = [(_short(r.device), str(r.size), str(r.matmuls_per_call), _ms(r.per_matmul.median_ms),
              _range(r.per_matmul), f"{r.gflops:.1f}") for r in rows]
-    lines = _table(("device", "n", "matmuls/call", "median ms", "min-max ms", "GFLOP/s"), body,
+    lines = table_lines(("device", "n", "matmuls/call", "median ms", "min-max ms", "GFLOP/s"), body,
                    (False, True, True, True, True, True))
     lines.append(f"float32 (n, n) @ (n, n); time per matmul, median of {repeats} timed calls after one warm-up; "
                  "GFLOP/s = 2 n^3 / median time.")
@@ -634,7 +628,7 @@ def describe_logging(result: LoggingResult) -> str:
              f"{v.steps_per_second:,.0f}", f"{host / v.timing.median_ms:.2f}x") for v in result.variants]
     lines = [f"{result.steps} steps of y = x @ w, log ||y||_F, x = y / ||y||_F; ({result.size}, {result.size}) "
              f"float32 on {_short(result.device)}:"]
-    lines += _table(("variant", "how", "transfers", "median ms", "min-max ms", "steps/s", "vs host"), body,
+    lines += table_lines(("variant", "how", "transfers", "median ms", "min-max ms", "steps/s", "vs host"), body,
                     (False, False, True, True, True, True, True))
     agree = "yes" if result.norms_agree else "NO"
     lines.append(f"Logging on the device (tf.function) is {result.ratio:.2f}x as fast as logging to the host. "
@@ -652,7 +646,7 @@ def describe_devices(result: DevicesResult) -> str:
         body.append(("split", ", ".join(map(_short, result.devices)), work, _ms(result.split.median_ms),
                      _range(result.split), f"{result.speedup:.2f}x"))
     lines = [f"Independent float32 ({result.size}, {result.size}) matmul chains:"]
-    lines += _table(("run", "devices", "work", "median ms", "min-max ms", "speed-up"), body,
+    lines += table_lines(("run", "devices", "work", "median ms", "min-max ms", "speed-up"), body,
                     (False, False, False, True, True, True))
     if result.split is not None:
         lines.append(f"Speed-up = sequential / split time; ideal {result.tasks:.2f}x.")

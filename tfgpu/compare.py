@@ -35,6 +35,7 @@ from typing import Any, Iterable, Optional, Sequence
 
 import yaml
 
+from .console import table_lines
 from .errors import DataError, OutputError, UsageError
 from .imports import importable
 from .loops import EPOCH_STATS
@@ -114,7 +115,8 @@ def find_run_dirs(directory: Path, max_depth: int = MAX_DEPTH) -> list[Path]:
     return found
 
 
-def _read_json(path: Path) -> Optional[dict[str, Any]]:
+def read_json(path: Path) -> Optional[dict[str, Any]]:
+    """A JSON object file's contents (``summary.json``), or ``None`` when it is missing, unreadable or not an object."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -327,7 +329,7 @@ def read_run(path: Path, name: Optional[str] = None) -> dict[str, Any]:
         logged metric names), ``epochs`` (the per-epoch rows) and ``settings`` (dotted keys). What the run does
         not record is ``None``.
     """
-    summary = _read_json(path / SUMMARY_FILE)
+    summary = read_json(path / SUMMARY_FILE)
     readable = summary is not None
     summary = summary or {}
     rows = _epoch_rows(path, summary)
@@ -701,7 +703,7 @@ def plot_curves(runs: Sequence[dict[str, Any]], file: str | Path, metric: Option
 # ------------------------------------------------------------------------------------------------- text
 
 
-def _value(value: Any) -> str:
+def metric_text(value: Any) -> str:
     """A metric or speed for a table: 4 decimals (large or tiny values in 4 significant digits), ``-`` for none."""
     number = _number(value)
     if number is None:
@@ -732,14 +734,6 @@ def _setting(value: Any, present: bool = True) -> str:
     return json.dumps(value, default=str)
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[bool] = ()) -> list[str]:
-    cells = [list(header)] + [list(r) for r in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    align = list(right) + [False] * (len(header) - len(right))
-    return ["  ".join(c.rjust(w) if align[i] else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
-            for r in cells]
-
-
 #: The columns of ``tfgpu runs``, in order.
 RUNS_COLUMNS = ("RUN", "STATUS", "RECIPE", "STARTED", "EPOCHS", "METRIC", "BEST", "FINAL", "WALL", "SAMPLES/S",
                 "DEVICES")
@@ -751,7 +745,7 @@ def _epochs_text(run: dict[str, Any]) -> str:
 
 
 def _best_text(value: Optional[float], epoch: Optional[int]) -> str:
-    return "-" if value is None else f"{_value(value)} @{epoch}"
+    return "-" if value is None else f"{metric_text(value)} @{epoch}"
 
 
 def describe_runs(runs: Sequence[dict[str, Any]], directory: str | Path) -> str:
@@ -772,7 +766,7 @@ def describe_runs(runs: Sequence[dict[str, Any]], directory: str | Path) -> str:
         sps = run.get("samples_per_second")
         rows.append([run["name"], run.get("status") or "-", Path(run["recipe"]).name if run.get("recipe") else "-",
                      (run.get("started") or "-")[:16], _epochs_text(run), run.get("metric") or "-",
-                     _best_text(run.get("best"), run.get("best_epoch")), _value(run.get("final")),
+                     _best_text(run.get("best"), run.get("best_epoch")), metric_text(run.get("final")),
                      _duration(run.get("wall_seconds")), f"{sps:.0f}" if _finite(sps) is not None else "-",
                      run.get("devices") or "-"])
     right = [False, False, False, False, True, False, True, True, True, True, False]
@@ -780,7 +774,7 @@ def describe_runs(runs: Sequence[dict[str, Any]], directory: str | Path) -> str:
     stale = [r["name"] for r in runs if r.get("stale")]
     notes = ["", f"stale: summary.json says running, but its process has ended (killed, crashed or out of disk): "
                  f"{', '.join(stale)}; continue it with 'tfgpu run --resume RUN_DIR'."] if stale else []
-    return "\n".join([head, *_table(RUNS_COLUMNS, rows, right), *notes])
+    return "\n".join([head, *table_lines(RUNS_COLUMNS, rows, right), *notes])
 
 
 def describe_comparison(comparison: dict[str, Any], plot: Optional[dict[str, Any]] = None) -> str:
@@ -796,7 +790,7 @@ def describe_comparison(comparison: dict[str, Any], plot: Optional[dict[str, Any
     runs = comparison["runs"]
     names = [r["name"] for r in runs]
     lines = ["Runs:"]
-    lines += ["  " + line for line in _table(
+    lines += ["  " + line for line in table_lines(
         ["RUN", "STATUS", "EPOCHS", "WALL", "SAMPLES/S", "DEVICES", "PATH"],
         [[r["name"], r["status"], _epochs_text(r), _duration(r["wall_seconds"]),
           f"{r['samples_per_second']:.0f}" if _finite(r["samples_per_second"]) is not None else "-",
@@ -805,7 +799,7 @@ def describe_comparison(comparison: dict[str, Any], plot: Optional[dict[str, Any
     lines.append("")
     if settings:
         lines.append(f"Settings that differ ({len(settings)} of {comparison['settings_compared']}):")
-        lines += ["  " + line for line in _table(
+        lines += ["  " + line for line in table_lines(
             ["SETTING", *names],
             [[s["key"], *(_setting(v, s["key"] in r["settings"]) for v, r in zip(s["values"], runs))]
              for s in settings])]
@@ -816,11 +810,11 @@ def describe_comparison(comparison: dict[str, Any], plot: Optional[dict[str, Any
         lines.append("Metrics (final: the last epoch's, test_*: the test split's; best: over the epochs, @epoch):")
         rows = []
         for m in comparison["metrics"]:
-            rows.append([m["metric"], "final", *(_value(v["final"]) for v in m["values"])])
+            rows.append([m["metric"], "final", *(metric_text(v["final"]) for v in m["values"])])
             if any(v["best"] is not None for v in m["values"]):
                 rows.append([m["metric"], f"best ({m['direction']})",
                              *(_best_text(v["best"], v["best_epoch"]) for v in m["values"])])
-        lines += ["  " + line for line in _table(["METRIC", "", *names], rows, [False, False, *([True] * len(runs))])]
+        lines += ["  " + line for line in table_lines(["METRIC", "", *names], rows, [False, False, *([True] * len(runs))])]
     else:
         lines.append("Metrics: none of these runs finished an epoch.")
     if plot is not None:

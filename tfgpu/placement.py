@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
 from .config import Config
-from .config.schema import SLOT_KEYS  # noqa: F401  (the keys a slot sets: a sweep may not search them)
 from .errors import DeviceError
 from .planning import visible_gpus
 from .probe import GpuInfo, Probe

@@ -371,3 +371,26 @@ def check_tensorboard(wanted: bool) -> None:
             "longer installs it, and tf.summary writes nothing without it).",
             "pip install 'tfgpu[tensorboard]' (or pip install tensorboard), or set output.tensorboard: false.",
         )
+
+
+def versions(backend: str) -> dict[str, Optional[str]]:
+    """``summary.json``'s ``versions``: tfgpu, Python, Keras and the backend's packages (TensorFlow's version only
+    where it is imported, so a JAX run never imports it). ``tfgpu export`` and MLflow's tags report the same."""
+    import platform  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+    from importlib import metadata  # noqa: PLC0415
+
+    import keras  # noqa: PLC0415
+
+    from . import __version__  # noqa: PLC0415
+
+    found: dict[str, Optional[str]] = {"tfgpu": __version__, "keras": keras.__version__,
+                                       "python": platform.python_version()}
+    found["tensorflow"] = getattr(sys.modules.get("tensorflow"), "__version__", None)
+    if backend == "jax":
+        for name in ("jax", "jaxlib"):
+            try:
+                found[name] = metadata.version(name)
+            except metadata.PackageNotFoundError:
+                found[name] = None
+    return found

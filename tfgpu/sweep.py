@@ -42,8 +42,8 @@ from typing import Any, Iterator, Optional, Sequence
 
 from .config import Config, load_config
 from .config.schema import PRUNERS, SAMPLERS
-from .console import say, warn
-from .errors import ConfigError, DeviceError, Interrupted, OutputError, Preempted, SweepError, TfgpuError
+from .console import say, table_lines, warn
+from .errors import ConfigError, Interrupted, Preempted, SweepError, TfgpuError
 
 #: The trial process's link to its study: JSON ``{"storage", "study", "trial_id", "number", "metric", "pruner"}``.
 TRIAL_ENV = "TFGPU_SWEEP_TRIAL"
@@ -82,10 +82,11 @@ def direction_of(cfg: Config) -> str:
 
 
 def _fmt(value: Any) -> str:
-    """A parameter or metric value as the table shows it (4 decimals, or 4 significant digits when tiny or huge)."""
-    if isinstance(value, float):
-        return f"{value:.4g}" if value != 0 and (abs(value) < 1e-3 or abs(value) >= 1e5) else f"{value:.4f}"
-    return str(value)
+    """A parameter or metric value as the table shows it: a float as ``tfgpu runs`` shows metrics
+    (:func:`tfgpu.compare.metric_text`), anything else as it is."""
+    from .compare import metric_text  # noqa: PLC0415
+
+    return metric_text(value) if isinstance(value, float) else str(value)
 
 
 def set_item(key: str, value: Any) -> str:
@@ -273,10 +274,9 @@ def _claim(path: Path) -> Any:
 
 
 def _read_summary(run_dir: Path) -> dict[str, Any]:
-    try:
-        return json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
+    from .compare import read_json  # noqa: PLC0415
+
+    return read_json(run_dir / "summary.json") or {}
 
 
 def metric_value(summary: dict[str, Any], metric: str) -> Optional[float]:
@@ -615,10 +615,7 @@ def table(rows: list[dict[str, Any]], best: Optional[int]) -> str:
     cells = [[("*" if row.get("trial") == best and c == "trial" else "") + (
         "-" if row.get(c) is None else f"{row[c]:.1f}" if c == "seconds" and isinstance(row.get(c), float)
         else _fmt(row[c])) for c in columns] for row in rows]
-    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths)).rstrip()]
-    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in cells]
-    return "\n".join(lines)
+    return "\n".join(table_lines(columns, cells))
 
 
 def write_results(directory: Path, rows: list[dict[str, Any]]) -> Path:

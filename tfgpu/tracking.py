@@ -52,7 +52,6 @@ import json
 import os
 import re
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Optional, Sequence
@@ -264,15 +263,11 @@ def _flat(data: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
 
 
 def _versions(backend: str) -> dict[str, Optional[str]]:
-    from importlib import metadata  # noqa: PLC0415
+    """The run's package versions as tags: ``summary.json``'s ``versions`` (:func:`tfgpu.results.versions`), each
+    ``NAME.version``."""
+    from .results import versions  # noqa: PLC0415
 
-    found = {"tfgpu.version": __version__,
-             "keras.version": getattr(sys.modules.get("keras"), "__version__", None),
-             "tensorflow.version": getattr(sys.modules.get("tensorflow"), "__version__", None)}
-    if backend == "jax":
-        with contextlib.suppress(metadata.PackageNotFoundError):
-            found["jax.version"] = metadata.version("jax")
-    return found
+    return {f"{name}.version": version for name, version in versions(backend).items()}
 
 
 def run_tags(info: Any, run_path: Path, recipe: Optional[str]) -> dict[str, str]:

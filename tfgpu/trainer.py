@@ -18,13 +18,10 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import platform
 import statistics
-import sys
-from importlib import metadata
 from typing import Any, Optional
 
-from . import __version__, backbone, keras_fixes, sweep, tracking, transfer
+from . import backbone, keras_fixes, sweep, tracking, transfer
 from . import callbacks as user_callbacks
 from . import checkpoint as ckpt
 from .config import Config
@@ -32,6 +29,7 @@ from .console import warn
 from .data.augment import model_layers
 from .data.pipeline import normalization_stats, sample_batch
 from .errors import ConfigError
+from .results import versions
 from .loops import Job, epoch_stats_callback, progress_mode
 from .loops.custom import MAX_CALL_SECONDS
 from .schedules import learning_rate_callback
@@ -125,23 +123,6 @@ def evaluate_split(model: Any, dataset: Any, steps: int) -> dict[str, float]:
     """
     result = model.evaluate(dataset, steps=steps, return_dict=True, verbose=0)
     return {k: float(v) for k, v in result.items()}
-
-
-def versions(backend: str) -> dict[str, Optional[str]]:
-    """tfgpu, Python, Keras and the backend's packages (TensorFlow's version only where it is imported, so a
-    JAX run never imports it)."""
-    import keras  # noqa: PLC0415
-
-    found: dict[str, Optional[str]] = {"tfgpu": __version__, "keras": keras.__version__,
-                                       "python": platform.python_version()}
-    found["tensorflow"] = getattr(sys.modules.get("tensorflow"), "__version__", None)
-    if backend == "jax":
-        for name in ("jax", "jaxlib"):
-            try:
-                found[name] = metadata.version(name)
-            except metadata.PackageNotFoundError:
-                found[name] = None
-    return found
 
 
 class Trainer:
