@@ -20,8 +20,8 @@
 # The GPU image (the default, VARIANT=gpu): containers/build_gpu_image.sh builds it the same way,
 # tagged localhost/tfgpu:gpu, with TensorFlow's CUDA libraries from pip (tensorflow[and-cuda]):
 # no NVIDIA base image is needed, the host gives only the driver (--gpus all).
-# CI builds both and runs them (tests/test_container.py: doctor in the GPU image finds every CUDA
-# library; the CPU image trains, predicts, exports and handles SIGINT/SIGTERM); tests/test_docker.py
+# CI builds both and runs them (tests/containers/test_container.py: doctor in the GPU image finds every CUDA
+# library; the CPU image trains, predicts, exports and handles SIGINT/SIGTERM); tests/containers/test_docker.py
 # lints this file with hadolint and checks the commands above.
 # README.md, "GPU containers (Docker)", and docs/containers.md have the rest.
 

@@ -8,7 +8,7 @@
 (178 steps: 89, a prime count: the whole epoch); it is now at most 32 (fit: the largest
 divisor up to 32, custom: 32 with a shorter last call and calls timed). Each variant trains the
 seed CNN on STEPS batches of 128 x REPLICAS MNIST training images with tfgpu's own loops
-(`tfgpu.loops.fit.train_fit`, `tfgpu.loops.custom.train_custom`) under OneDeviceStrategy or a
+(`tfgpu.training.loops.fit.train_fit`, `tfgpu.training.loops.custom.train_custom`) under OneDeviceStrategy or a
 MirroredStrategy over logical CPUs (ReductionToOneDevice, as tfgpu plans it); runs of EPOCHS
 epochs, the variants interleaved run by run (A B C D A B C D ...) so drifts of a shared machine
 hit them alike, each run's first epoch dropped (it traces). Prints each run's steady samples/s
@@ -33,10 +33,10 @@ def main(replicas: int, rounds: int, epochs: int, steps: int) -> None:
         tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * replicas)
     import keras
 
-    from tfgpu.loops import Epochs, Job, epoch_stats_callback
-    from tfgpu.loops.custom import train_custom
-    from tfgpu.loops.fit import train_fit
-    from tfgpu.trainer import resolve_steps_per_execution
+    from tfgpu.training.loops import Epochs, Job, epoch_stats_callback
+    from tfgpu.training.loops.custom import train_custom
+    from tfgpu.training.loops.fit import train_fit
+    from tfgpu.training.trainer import resolve_steps_per_execution
 
     with np.load(os.path.join(os.environ.get("TFGPU_DATA_DIR", "../shared/data"), "mnist", "mnist.npz")) as f:
         x, y = f["x_train"], f["y_train"]

@@ -1,4 +1,4 @@
-"""A user callback named by recipes in tests/test_callbacks.py (``tests.callback_hooks:HookRecorder``)."""
+"""A user callback named by recipes in tests/training/test_callbacks.py (``tests.callback_hooks:HookRecorder``)."""
 
 import keras
 

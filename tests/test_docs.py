@@ -20,8 +20,8 @@ Each command is classified by :func:`classify` (an unclassified one fails
   beside a ``shared/data`` that is ``TFGPU_DATA_DIR``, so ``export TFGPU_DATA_DIR=../shared/data``
   holds as the README writes it; all of them once, in the docs' order, in ``docs_run``.
 - ``plan``: a training ``tfgpu run``: checked as ``tfgpu plan`` with the same recipe and settings
-  (the config, names and local data, without TensorFlow); ``tests/test_e2e.py`` and
-  ``tests/test_data_e2e.py`` train the recipes. A recipe that reads ``examples/`` is planned
+  (the config, names and local data, without TensorFlow); ``tests/training/test_e2e.py`` and
+  ``tests/data/test_data_e2e.py`` train the recipes. A recipe that reads ``examples/`` is planned
   after ``recipes/make_examples.py`` has written it (slow).
 - ``slow``: run for real (``tfgpu launch`` of the shipped scripts, ``make_examples.py``).
 - ``skip``: not run here, with the reason (installs, the test suite, benchmarks, containers,
@@ -219,7 +219,7 @@ def classify(c: Command) -> Optional[tuple[str, str]]:
         if "--help" in w or "-h" in w or sub in ("", "--version"):
             return RUN, "help"
         if sub == "export" and len(w) > 2 and w[2] in ("savedmodel", "onnx", "litert"):
-            return SKIP, ("needs the run directory of a finished training run (tests/test_artifacts.py trains runs "
+            return SKIP, ("needs the run directory of a finished training run (tests/serving/test_export.py trains runs "
                           "and exports them in every format)")
         if sub in ("plan", "export"):
             return RUN, "no TensorFlow: well under a second"
@@ -228,10 +228,10 @@ def classify(c: Command) -> Optional[tuple[str, str]]:
         if sub == "run" and "--dry-run" in w:
             return RUN, "checks without training"
         if sub == "run" and "--resume" in w:
-            return SKIP, ("continues the run directory of an earlier, killed run (tests/test_faults.py and "
-                          "tests/test_state.py kill runs and resume them)")
+            return SKIP, ("continues the run directory of an earlier, killed run (tests/training/test_faults.py and "
+                          "tests/training/test_state.py kill runs and resume them)")
         if sub == "run" and any(x.startswith("model.init_from=") for x in w):
-            return SKIP, ("starts from the run directory of an earlier training run (tests/test_transfer.py trains "
+            return SKIP, ("starts from the run directory of an earlier training run (tests/model/test_transfer.py trains "
                           "one and starts from it)")
         if sub == "run":
             recipe = next((a for a in w[2:] if a.endswith((".yaml", ".yml"))), "")
@@ -239,22 +239,22 @@ def classify(c: Command) -> Optional[tuple[str, str]]:
                 return SLOW, "trains: checked as `tfgpu plan` after recipes/make_examples.py wrote examples/ (about 20 s)"
             return PLAN, "trains (minutes): checked as `tfgpu plan` with the same recipe and settings"
         if sub == "sweep" and "--resume" in w:
-            return SKIP, ("continues the sweep directory of an earlier, stopped sweep (tests/test_sweep.py stops and "
+            return SKIP, ("continues the sweep directory of an earlier, stopped sweep (tests/experiments/test_sweep.py stops and "
                           "kills sweeps and resumes them)")
         if sub == "sweep":
             return PLAN, ("trains many runs (minutes): checked as `tfgpu plan` with the same recipe, settings and "
-                          "--parallel (the sweep's parameters and slots); tests/test_sweep.py runs sweeps")
+                          "--parallel (the sweep's parameters and slots); tests/experiments/test_sweep.py runs sweeps")
         if sub in ("runs", "compare"):
-            return SKIP, ("needs the run directories of finished training runs (tests/test_compare.py trains runs, "
+            return SKIP, ("needs the run directories of finished training runs (tests/experiments/test_compare.py trains runs, "
                           "lists and compares them)")
         if sub == "evaluate":
-            return SKIP, "needs the run directory of a finished training run (tests/test_data_e2e.py evaluates one)"
+            return SKIP, "needs the run directory of a finished training run (tests/data/test_data_e2e.py evaluates one)"
         if sub == "predict":
-            return SKIP, "needs the run directory of a finished training run (tests/test_predict.py trains and predicts)"
+            return SKIP, "needs the run directory of a finished training run (tests/serving/test_predict.py trains and predicts)"
         if sub == "launch":
-            return SLOW, "trains: runs the script for real (tests/test_examples.py checks its accuracy)"
+            return SLOW, "trains: runs the script for real (tests/launch/test_examples.py checks its accuracy)"
         if sub == "bench":
-            return SKIP, "times this machine's hardware (tests/test_bench.py)"
+            return SKIP, "times this machine's hardware (tests/devices/test_bench.py)"
         return None
     if prog == "python":
         if w[1:3] == ("-m", "pytest"):
@@ -264,16 +264,16 @@ def classify(c: Command) -> Optional[tuple[str, str]]:
         if w[1:2] == ("recipes/make_examples.py",):
             return SLOW, "writes examples/ (about 20 s)"
         if len(w) > 1 and w[1].startswith("benchmarks/"):
-            return SKIP, "a benchmark: 15-25 minutes on 2 cores (tests/test_bench.py runs the harnesses small)"
+            return SKIP, "a benchmark: 15-25 minutes on 2 cores (tests/devices/test_bench.py runs the harnesses small)"
         return None
     if prog == "pip":
         return SKIP, "installs packages (.ci/run installs the test extra, which includes jax and tfds)"
     if prog in ("docker", "podman") or (prog == "sudo" and {"containers/build_cpu_image.sh",
                                                                "containers/build_gpu_image.sh"} & set(w)):
-        return SKIP, ("needs a container engine (tests/test_docker.py checks the docker run lines, "
-                      "tests/test_container.py builds and runs the CPU and GPU images with podman)")
+        return SKIP, ("needs a container engine (tests/containers/test_docker.py checks the docker run lines, "
+                      "tests/containers/test_container.py builds and runs the CPU and GPU images with podman)")
     if prog in ("sbatch", "kubectl"):
-        return SKIP, "needs a Slurm or Kubernetes cluster (tests/test_cluster.py checks the exported files)"
+        return SKIP, "needs a Slurm or Kubernetes cluster (tests/cluster/test_cluster.py checks the exported files)"
     if prog == "kill":
         return SKIP, "an illustration: <pid> stands for a process id"
     return None

@@ -245,7 +245,7 @@ def test_keras_imported_with_tensorflow_first_is_refused_with_the_reason():
 @pytest.mark.slow
 def test_sigterm_on_jax_saves_exits_75_and_resume_finishes_without_tensorflow(tmp_path):
     """Checkpoints (Keras's BackupAndRestore files) and --resume on JAX: the same contract as on TensorFlow."""
-    from .test_faults import checkpoint_at, epochs_in, summary_of, wait_for  # noqa: PLC0415
+    from .training.test_faults import checkpoint_at, epochs_in, summary_of, wait_for  # noqa: PLC0415
 
     args = ["run", "recipes/mnist_jax.yaml", "--set", "devices.cpu_logical_devices=2", "--set",
             "train.batch_size_per_replica=256", "--set", "train.steps_per_execution=5", "--set",

@@ -1,7 +1,8 @@
-"""The shape of the code a newcomer reads: no import cycle, and small interfaces in the run's hub.
+"""The shape of the code a newcomer reads: capability packages in one order, no import cycle, small interfaces.
 
 Read from the source with ``ast`` (nothing is imported): every ``import`` counts, also one inside a
-function, since a cycle there still means two modules that cannot be understood apart.
+function, since a cycle there still means two modules that cannot be understood apart, and an import
+that points up the package order (however lazily) is an arrow a reader has to follow back.
 """
 
 from __future__ import annotations
@@ -79,6 +80,79 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+#: tfgpu's packages (and its two top-level modules) from the bottom up: each may import only itself and those
+#: before it. The README's "How the code is laid out" gives each one's job in this order.
+ORDER = ["errors", "version", "utils", "config", "cluster", "devices", "model", "data", "tracking", "launch",
+         "training", "serving", "experiments", "cli"]
+#: The public API (``tfgpu/__init__.py``: setup, Setup, load_config, ...) and ``python -m tfgpu`` sit on top.
+TOP = {"tfgpu", "tfgpu.__main__"}
+
+
+def layer(module: str) -> str:
+    """``tfgpu.devices.plan`` -> ``devices``; ``tfgpu.errors`` -> ``errors``; the top -> ``""``."""
+    return "" if module in TOP else module.split(".")[1]
+
+
+def upward_imports(graph: dict[str, set[str]], order: list[str]) -> list[str]:
+    """Every import of a module from a package above its own in ``order``, and of the top."""
+    rank = {name: i for i, name in enumerate(order)}
+    found = []
+    for module, targets in sorted(graph.items()):
+        if module in TOP:
+            continue
+        for target in sorted(targets):
+            if target in TOP or rank[layer(target)] > rank[layer(module)]:
+                found.append(f"{module} -> {target}")
+    return found
+
+
+def test_the_upward_import_finder_finds_one():
+    graph = {"tfgpu.utils.a": {"tfgpu.errors"}, "tfgpu.config.b": {"tfgpu.utils.a", "tfgpu.devices.c"},
+             "tfgpu.devices.c": {"tfgpu"}, "tfgpu": {"tfgpu.devices.c"}}
+    assert upward_imports(graph, ["errors", "utils", "config", "devices"]) == [
+        "tfgpu.config.b -> tfgpu.devices.c", "tfgpu.devices.c -> tfgpu"]
+
+
+def test_tfgpu_is_its_packages_and_two_modules_each_package_saying_what_it_owns():
+    entries = sorted(p.name for p in PACKAGE.iterdir() if not p.name.startswith((".", "__pycache__")))
+    packages = [name for name in ORDER if (PACKAGE / name).is_dir()]
+    assert entries == sorted([*packages, "errors.py", "version.py", "__init__.py", "__main__.py"])
+    assert [name for name in ORDER if name not in packages] == ["errors", "version"]
+    for name in packages:
+        init = PACKAGE / name / "__init__.py"
+        doc = ast.get_docstring(ast.parse(init.read_text()))
+        assert doc and len(doc.split()) >= 25, f"tfgpu/{name}/__init__.py does not say what the package owns"
+
+
+def test_every_module_belongs_to_a_package_in_the_order():
+    assert {layer(module) for module in import_graph()} - {""} == set(ORDER)
+
+
+def test_no_package_imports_one_above_it_in_the_order():
+    graph = import_graph()
+    assert "tfgpu.training.preflight" in graph["tfgpu.experiments.sweep"]  # lazy imports are read: an arrow down
+    assert upward_imports(graph, ORDER) == []
+
+
+def test_no_two_modules_share_a_name_a_reader_confuses():
+    """Outside the command line (whose modules are named after the commands they run), a module's name is
+    unique, and none is another's name with a suffix (``plan``/``planning``, ``result``/``results``)."""
+    names = [path.stem for path in PACKAGE.rglob("*.py")
+             if path.stem not in ("__init__", "__main__") and "cli" not in path.relative_to(PACKAGE).parts[:-1]]
+    assert sorted(n for n in set(names) if names.count(n) > 1) == []
+    confusable = [(a, b) for a in names for b in names if a != b and b.startswith(a) and b[len(a):] in
+                  ("s", "ing", "er", "ed", "ion", "ions")]
+    assert confusable == []
+
+
+def test_tests_mirror_the_packages():
+    tests = ROOT / "tests"
+    folders = sorted(p.name for p in tests.iterdir() if p.is_dir() and (p / "__init__.py").exists())
+    assert set(folders) - {"containers"} <= set(ORDER)
+    assert {"config", "devices", "data", "model", "training", "serving", "cluster", "launch", "tracking",
+            "experiments", "cli"} <= set(folders)
+
+
 def test_the_cycle_finder_finds_a_cycle():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
@@ -86,11 +160,12 @@ def test_the_cycle_finder_finds_a_cycle():
 
 def test_no_module_of_tfgpu_is_part_of_an_import_cycle():
     graph = import_graph()
-    assert "tfgpu.planning" in graph["tfgpu.backends.jax_plan"]  # the graph is read, lazy imports included
+    assert "tfgpu.devices.plan_base" in graph["tfgpu.devices.jax_plan"]  # the graph is read, lazy imports included
     assert cycles(graph) == []
 
 
-@pytest.mark.parametrize("module", ["runner.py", "loops/__init__.py", "loops/fit.py", "loops/custom.py"])
+@pytest.mark.parametrize("module", ["training/runner.py", "training/loops/__init__.py", "training/loops/fit.py",
+                                    "training/loops/custom.py"])
 def test_no_function_in_the_run_hub_takes_more_than_six_parameters(module):
     tree = ast.parse((PACKAGE / module).read_text())
     wide = []
@@ -106,5 +181,5 @@ def test_no_function_in_the_run_hub_takes_more_than_six_parameters(module):
 
 def test_tfgpu_plan_and_the_jax_plan_share_their_parts_from_below():
     graph = import_graph()
-    assert "tfgpu.plan" not in graph["tfgpu.backends.jax_plan"]
-    assert "tfgpu.planning" in graph["tfgpu.plan"]
+    assert "tfgpu.devices.plan" not in graph["tfgpu.devices.jax_plan"]
+    assert "tfgpu.devices.plan_base" in graph["tfgpu.devices.plan"]

@@ -1,6 +1,6 @@
 """``python -m tfgpu``: the command line (what ``tfgpu run --workers N`` starts each worker with)."""
 
-from .launch import die_with_parent
+from .launch.workers import die_with_parent
 
 die_with_parent()  # a worker of tfgpu run --workers N dies with its supervisor (does nothing otherwise)
 

@@ -1,6 +1,6 @@
 """``crash_once.py MARKER COMMAND...``: dies of SIGSEGV the first time (MARKER remembers), then runs COMMAND.
 
-A real crash of a real process, for the benchmark harness's retry of a crashed baseline (tests/test_speed.py).
+A real crash of a real process, for the benchmark harness's retry of a crashed baseline (tests/training/test_speed.py).
 """
 
 import os

@@ -1,4 +1,4 @@
-"""A script for ``tfgpu launch --workers 2`` (tests/test_supervisor.py): ``launched_worker.py PID_DIR ACTION``.
+"""A script for ``tfgpu launch --workers 2`` (tests/launch/test_supervisor.py): ``launched_worker.py PID_DIR ACTION``.
 
 Each worker (its index from ``TF_CONFIG``) exits 75 at SIGUSR1, as a ``tfgpu run`` worker does at the requeue
 signal, writes its pid to ``PID_DIR/worker-<index>.pid`` and says so. Worker 1 then does ACTION: ``wait``,

@@ -1,7 +1,7 @@
 """``worker_fault.py -m tfgpu run ...``: a ``tfgpu run --workers N`` worker, with a fault in one of them (tests only).
 
-tests/test_supervisor.py sets ``TFGPU_WORKER_PYTHON="python tests/scripts/worker_fault.py"`` (the test-only seam of
-``tfgpu.launch.prepare_run``), so every worker runs this, which runs ``tfgpu`` as ``python -m`` would, in this
+tests/launch/test_supervisor.py sets ``TFGPU_WORKER_PYTHON="python tests/scripts/worker_fault.py"`` (the test-only seam of
+``tfgpu.launch.workers.prepare_run``), so every worker runs this, which runs ``tfgpu`` as ``python -m`` would, in this
 same process (runpy). The worker whose ``TF_CONFIG`` task index is ``TEST_FAULT_WORKER`` gets ``TEST_FAULT``:
 
 - ``raise``: an uncaught exception before tfgpu starts (Python exits with 1 and a traceback);

@@ -12,7 +12,7 @@ Environment variables do not override individual keys. Two are read where they
 apply: ``TFGPU_CONFIG`` (above) and ``TFGPU_DATA_DIR`` (see :mod:`tfgpu.data`).
 Environment variables that TensorFlow itself reads (``TF_CPP_MIN_LOG_LEVEL``,
 ``TF_GPU_ALLOCATOR``) are kept when the config leaves the key at its default,
-and replaced when the config sets it (see :mod:`tfgpu.plan`).
+and replaced when the config sets it (see :mod:`tfgpu.devices.plan`).
 
 YAML is read with ``yaml.safe_load`` semantics only: tags that construct Python
 objects are refused. Unknown keys, duplicate keys, wrong types and values out of
@@ -21,26 +21,19 @@ received, what is allowed and the file:line it came from.
 
 The package is split by job: :mod:`.schema` (the sections, their defaults and
 checks), :mod:`.source` (YAML with line positions, ``--set`` and keyword
-overrides, :func:`load_config`) and :mod:`.messages` (validation errors ->
-one-paragraph messages). Everything public is re-exported here. Nothing in it
+overrides, :func:`load_config`), :mod:`.messages` (validation errors ->
+one-paragraph messages) and :mod:`.keras_specs` (recipe entries that name Keras
+classes, ``train.lr_schedule`` and ``data.augment``, checked against Keras's
+exported names without importing Keras). Everything public is re-exported here. Nothing in it
 imports TensorFlow.
 """
 
-from .schema import (
-    Config,
-    DataConfig,
-    DevicesConfig,
-    DistributeConfig,
-    FeatureSpec,
-    ModelConfig,
-    OutputConfig,
-    TensorflowConfig,
-    TrainConfig,
-    normalise_device,
-)
+from .schema import (Config, DataConfig, DevicesConfig, DistributeConfig, FeatureSpec, ModelConfig, OutputConfig,
+                     TensorflowConfig, TrainConfig, normalise_device, run_name)
 from .source import CONFIG_ENV, load_config, parse_override
 
 __all__ = [
     "CONFIG_ENV", "Config", "DataConfig", "DevicesConfig", "DistributeConfig", "FeatureSpec", "ModelConfig",
     "OutputConfig", "TensorflowConfig", "TrainConfig", "load_config", "normalise_device", "parse_override",
+    "run_name",
 ]

@@ -9,6 +9,7 @@ reference for the same keys.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Annotated, Any, Literal, Optional, Union
 
 import yaml
@@ -174,13 +175,13 @@ class TensorflowConfig(_Section):
         mixed_precision: Keras dtype policy: ``float32``, ``mixed_float16``,
             ``mixed_bfloat16`` (``keras.mixed_precision.set_global_policy``)
             or ``auto``, resolved by the plan from the probe
-            (:func:`tfgpu.planning.resolve_precision`): ``mixed_bfloat16`` on
+            (:func:`tfgpu.devices.plan_base.resolve_precision`): ``mixed_bfloat16`` on
             GPUs of compute capability >= 8.0 (the lowest decides) and on CPUs
             with ``avx512_bf16`` or ``amx_bf16``, ``mixed_float16`` on 7.x GPUs,
             else ``float32``; the choice and its reason go into ``summary.json``.
         jit_compile: XLA for each replica's training step: ``auto``, ``true``
             or ``false``. ``auto`` is resolved per device kind by the plan
-            (:func:`tfgpu.plan.resolve_jit`): off on CPUs (measured: XLA made
+            (:func:`tfgpu.devices.plan.resolve_jit`): off on CPUs (measured: XLA made
             the seed model's step 2.8-4.4x slower on a 2-core x86 CPU); on
             GPUs what Keras's own ``"auto"`` gives: off under any
             ``tf.distribute`` strategy (one GPU's ``OneDeviceStrategy``
@@ -591,7 +592,7 @@ class DataConfig(_Section):
         if not isinstance(value, list) or not value:
             raise ValueError("expected a non-empty list of Keras image preprocessing layers, e.g. "
                              "[RandomFlip, {RandomRotation: {factor: 0.05}}]")
-        from ..data.augment import check_names  # noqa: PLC0415 (reads Keras's files; imports no Keras)
+        from .keras_specs import check_names  # noqa: PLC0415 (reads Keras's files; imports no Keras)
 
         check_names(value)
         return value
@@ -862,7 +863,7 @@ class CheckpointConfig(_Section):
     requeue_signal: Optional[Literal[REQUEUE_SIGNALS]] = "SIGUSR1"
 
 
-#: Keras callbacks ``train.callbacks`` refuses, and the tfgpu key that does their work (``tfgpu.callbacks``).
+#: Keras callbacks ``train.callbacks`` refuses, and the tfgpu key that does their work (``tfgpu.training.callbacks``).
 OWNED_CALLBACKS = {
     "CSVLogger": "tfgpu writes RUN_DIR/metrics.csv itself (keras.callbacks.CSVLogger, one row per epoch)",
     "TensorBoard": "set output.tensorboard: true (TensorBoard logs under RUN_DIR/tensorboard)",
@@ -953,7 +954,7 @@ class TrainConfig(_Section):
             ``keras.optimizers.schedules`` class) or a mapping ``{name,
             warmup_epochs, warmup_from, decay_epochs, boundaries_epochs,
             factors, ...the Keras class's arguments}``: a linear warmup to the
-            scaled rate, then the decay (:mod:`tfgpu.schedules`; docs/config.md
+            scaled rate, then the decay (:mod:`tfgpu.model.schedules`; docs/config.md
             "Learning-rate schedules").
         progress: ``auto`` (a bar on a terminal, a line per epoch otherwise),
             ``bar``, ``epoch`` or ``none``.
@@ -967,7 +968,7 @@ class TrainConfig(_Section):
             (an epoch's last call the rest) and shortens calls that take over
             5 s; ``fit`` the largest divisor of the epoch's step count up to
             it (178 steps give 2, a prime 1), as Keras's calls must divide the
-            epoch (:func:`tfgpu.trainer.resolve_steps_per_execution`).
+            epoch (:func:`tfgpu.training.trainer.resolve_steps_per_execution`).
             Progress and batch-level callbacks see one update per call.
         profile_steps: ``[first, last]`` training steps (counted from 1 over
             the whole run) to record with TensorFlow's profiler into the
@@ -985,7 +986,7 @@ class TrainConfig(_Section):
         callbacks: Keras callbacks, each ``ClassName`` or ``{ClassName: {args}}``
             from ``keras.callbacks`` (e.g. ``ReduceLROnPlateau``, ``ModelCheckpoint``),
             or ``module:Class`` for one of your own; relative file paths in
-            their arguments are inside the run directory (:mod:`tfgpu.callbacks`).
+            their arguments are inside the run directory (:mod:`tfgpu.training.callbacks`).
     """
 
     loop: Literal["fit", "custom"] = "fit"
@@ -1006,7 +1007,7 @@ class TrainConfig(_Section):
     @field_validator("lr_schedule", mode="before")
     @classmethod
     def _check_lr_schedule(cls, value: Any) -> Any:
-        from ..schedules import ScheduleError, normalize  # noqa: PLC0415  (reads Keras's files, imports no Keras)
+        from .keras_specs import ScheduleError, normalize  # noqa: PLC0415  (reads Keras's files, imports no Keras)
 
         try:
             return normalize(value)
@@ -1017,7 +1018,7 @@ class TrainConfig(_Section):
 
     @model_validator(mode="after")
     def _check_warmup_length(self) -> "TrainConfig":
-        from ..schedules import check_length  # noqa: PLC0415
+        from .keras_specs import check_length  # noqa: PLC0415
 
         try:
             check_length(self.lr_schedule, self.epochs)
@@ -1070,7 +1071,7 @@ class TrainConfig(_Section):
 
 
 class MlflowConfig(_Section):
-    """``output.mlflow``: track the run in MLflow (:mod:`tfgpu.tracking`; ``true``: these defaults).
+    """``output.mlflow``: track the run in MLflow (:mod:`tfgpu.tracking.mlflow`; ``true``: these defaults).
 
     Attributes:
         tracking_uri: where: an MLflow tracking server (``http://host:5000``)
@@ -1184,7 +1185,7 @@ PRUNERS = {"none": "NopPruner", "median": "MedianPruner", "percentile": "Percent
            "successive_halving": "SuccessiveHalvingPruner", "hyperband": "HyperbandPruner"}
 
 
-#: The keys a sweep's slot sets for its trials (:mod:`tfgpu.placement`); a parameter may not search them.
+#: The keys a sweep's slot sets for its trials (:mod:`tfgpu.experiments.placement`); a parameter may not search them.
 SLOT_KEYS = ("devices.visible_gpus", "devices.memory_fraction", "devices.memory_limit_mib",
              "tensorflow.intra_op_threads", "tensorflow.inter_op_threads")
 
@@ -1245,7 +1246,7 @@ def _check_parameters(value: Any) -> Any:
 
 
 class PerTrialConfig(_Section):
-    """``sweep.per_trial``: the devices each trial gets (:mod:`tfgpu.placement`).
+    """``sweep.per_trial``: the devices each trial gets (:mod:`tfgpu.experiments.placement`).
 
     Attributes:
         gpus: GPUs per trial: a whole number (each trial sees that many GPUs
@@ -1419,3 +1420,7 @@ class Config(_Section):
         """The resolved configuration as YAML."""
         return yaml.safe_dump(self.to_dict(), sort_keys=False, default_flow_style=None)
 
+
+def run_name(cfg: Config, recipe: Optional[str]) -> str:
+    """The name a new run directory starts with: ``output.name``, else the recipe's file name, else ``run``."""
+    return cfg.output.name or (Path(recipe).stem if recipe else "run")

@@ -4,8 +4,9 @@ Use::
 
     source = source_for(cfg.data, cfg.model.loss, cfg.tensorflow.seed)
     source.check()                                    # local files, before TensorFlow starts: DataError (exit 5)
+    # (tfgpu plan: source.check(keep=False): the same checks, as cheaply as the files allow, nothing kept)
     data, pipes = prepare(source, cfg.data, context)  # after tfgpu.setup(): source.load, decoding, pipelines
-    # backend: jax: prepare_for_jax(source, cfg.data, context, replicas): keras.utils.PyDataset feeds, no TensorFlow
+    # backend: jax: feed.prepare_for_jax(source, cfg.data, context, replicas): keras.utils.PyDataset feeds, no TF
 
 ``docs/data.md`` documents every kind and key. Importing this package does not
 import TensorFlow.
@@ -14,33 +15,33 @@ import TensorFlow.
 from __future__ import annotations
 
 import hashlib
+import importlib
 from typing import Any, Optional
 
 from ..config import Config, DataConfig
-from .arrays import ArraysSource
 from .base import DATA_DIR_ENV, Data, DataSpec, LoadContext, Source, Split
-from .builder import BuilderSource
-from .csv import CsvSource
-from .feed import prepare_for_jax
-from .image_folder import ImageFolderSource
-from .keras_datasets import KerasSource
-from .tfds import TfdsSource
-from .tfrecord import TfrecordSource
 
-#: ``data.kind`` -> its source class.
-SOURCES: dict[str, type[Source]] = {
-    "mnist": KerasSource,
-    "keras": KerasSource,
-    "arrays": ArraysSource,
-    "image_folder": ImageFolderSource,
-    "csv": CsvSource,
-    "tfrecord": TfrecordSource,
-    "builder": BuilderSource,
-    "tfds": TfdsSource,
+#: ``data.kind`` -> the module and class of its source (imported when a recipe needs it: ``tfgpu plan``
+#: loads one source, not eight).
+SOURCES: dict[str, str] = {
+    "mnist": "keras_datasets:KerasSource",
+    "keras": "keras_datasets:KerasSource",
+    "arrays": "arrays:ArraysSource",
+    "image_folder": "image_folder:ImageFolderSource",
+    "csv": "csv:CsvSource",
+    "tfrecord": "tfrecord:TfrecordSource",
+    "builder": "builder:BuilderSource",
+    "tfds": "tfds:TfdsSource",
 }
 
 __all__ = ["DATA_DIR_ENV", "Data", "DataSpec", "LoadContext", "SOURCES", "Source", "Split", "data_seed", "load",
-           "prepare", "prepare_for_jax", "source_for"]
+           "prepare", "source_class", "source_for"]
+
+
+def source_class(kind: str) -> type[Source]:
+    """The :class:`~tfgpu.data.base.Source` subclass of ``data.kind`` (its module imported now)."""
+    module, name = SOURCES[kind].split(":")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
 
 
 def source_for(cfg: DataConfig, loss: Any = "sparse_categorical_crossentropy",
@@ -52,7 +53,7 @@ def source_for(cfg: DataConfig, loss: Any = "sparse_categorical_crossentropy",
         loss: ``model.loss`` (with the labels, it decides classification or regression).
         tf_seed: ``tensorflow.seed`` (the default seed of ``validation_split``).
     """
-    return SOURCES[cfg.kind](cfg, loss, tf_seed)
+    return source_class(cfg.kind)(cfg, loss, tf_seed)
 
 
 def prepare(source: Source, cfg: DataConfig, context: LoadContext, train: bool = True,
@@ -121,7 +122,7 @@ def load(cfg: Config, info: Any, source: Source, train: bool = True, seed: Optio
     several workers, the pipelines carry each worker's sharding policy. On
     ``backend: jax``, :func:`prepare_for_jax`'s feeds (no TensorFlow); else
     :func:`prepare`'s ``tf.data`` pipelines. ``seed``: the shuffles' seed
-    (the run's, :func:`tfgpu.runner.run_seed`); default :func:`data_seed`.
+    (the run's, :func:`tfgpu.training.runner.run_seed`); default :func:`data_seed`.
 
     Raises:
         DataError: the data cannot be read or does not fit the config.
@@ -133,5 +134,7 @@ def load(cfg: Config, info: Any, source: Source, train: bool = True, seed: Optio
                           worker_index=cluster.worker_index if cluster else 0,
                           workers_on_host=workers_on_host(cluster))
     if info.backend == "jax":
+        from .feed import prepare_for_jax  # noqa: PLC0415
+
         return prepare_for_jax(source, cfg.data, context, info.num_replicas, train)
     return prepare(source, cfg.data, context, train, class_weight=cfg.train.class_weight)

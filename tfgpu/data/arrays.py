@@ -15,17 +15,15 @@ Everything is read in :meth:`ArraysSource.check`, before TensorFlow starts.
 from __future__ import annotations
 
 import zipfile
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Optional
-
-import numpy as np
-from numpy.lib import format as npy_format
 
 from ..config import DataConfig
 from ..config.schema import ARRAY_ROLES, SAMPLE_WEIGHT_ROLE
 from ..errors import DataError
-from .base import Data, DataSpec, LoadContext, Source, Split, check_finite, existing, holdout, label_task, \
-    rescale_for
+from ..utils.lazy import numpy as np
+from .base import Data, DataSpec, LoadContext, Source, Split, check_finite, existing, holdout, label_task, rescale_for
 from .pipeline import aligned, aligned_empty
 
 
@@ -41,6 +39,8 @@ def read_aligned(f: IO[bytes]) -> Optional[np.ndarray]:
     Raises:
         ValueError: not a ``.npy`` header, or the data ends early.
     """
+    from numpy.lib import format as npy_format  # noqa: PLC0415
+
     version = npy_format.read_magic(f)
     if version not in ((1, 0), (2, 0)):
         return None
@@ -57,6 +57,106 @@ def read_aligned(f: IO[bytes]) -> Optional[np.ndarray]:
             raise ValueError(f"the array data ends after {done} of {len(view)} bytes")
         done += n
     return out
+
+
+@dataclass(frozen=True)
+class ArrayHeader:
+    """An array as its ``.npy`` header describes it, read without NumPy (``tfgpu plan``'s check).
+
+    Attributes:
+        shape: e.g. ``(60000, 28, 28)``.
+        descr: NumPy's type string, e.g. ``"|u1"`` (uint8) or ``"<f4"`` (float32).
+        data: the values' bytes where they were read too (small uint8 arrays: labels), else ``None``.
+    """
+
+    shape: tuple[int, ...]
+    descr: str
+    data: Optional[bytes] = field(default=None, repr=False)
+
+    def max(self) -> int:
+        """The largest value of a uint8 array whose bytes were read (as ``ndarray.max``)."""
+        assert self.data is not None and str(self) == "uint8", "only a uint8 array whose data was read has a max"
+        return max(self.data)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def dtype(self) -> "ArrayHeader":
+        return self  # ``.kind`` and ``str()`` as a NumPy dtype has them
+
+    @property
+    def kind(self) -> str:
+        """NumPy's one-letter kind: ``b`` bool, ``i``/``u`` integers, ``f`` floats, ``c`` complex, ..."""
+        return _KINDS.get(self.descr[1:2], "O")
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __str__(self) -> str:
+        return _NAMES.get(self.descr.lstrip("<>|="), self.descr)
+
+
+#: The type letters of ``dtype.str`` (a ``.npy`` header's ``descr``) -> NumPy's ``dtype.kind``.
+_KINDS = {"b": "b", "i": "i", "u": "u", "f": "f", "c": "c"}
+_NAMES = {"u1": "uint8", "i1": "int8", "u2": "uint16", "i2": "int16", "u4": "uint32", "i4": "int32", "u8": "uint64",
+          "i8": "int64", "f2": "float16", "f4": "float32", "f8": "float64", "b1": "bool"}
+_NPY_MAGIC = b"\x93NUMPY"
+
+
+def npy_header(f: IO[bytes]) -> Optional[ArrayHeader]:
+    """The shape and type in an open ``.npy`` file's header (https://numpy.org/devdocs/reference/generated/numpy.lib.format.html),
+    without NumPy and without reading the data; ``None`` when only :func:`read_aligned` (or ``np.load``) can
+    tell: a format version, order or type it would treat specially (Fortran order, anything but plain numbers
+    and booleans), or no ``.npy`` header at all (its error message is theirs)."""
+    import ast  # noqa: PLC0415
+
+    head = f.read(10)
+    if len(head) < 10 or not head.startswith(_NPY_MAGIC) or head[6] not in (1, 2, 3):
+        return None
+    size = int.from_bytes(head[8:10], "little")
+    if head[6] > 1:
+        size = int.from_bytes(head[8:10] + f.read(2), "little")
+    try:
+        meta = ast.literal_eval(f.read(size).decode("latin1" if head[6] < 3 else "utf-8"))
+    except (ValueError, SyntaxError, UnicodeDecodeError):
+        return None
+    if not isinstance(meta, dict) or meta.get("fortran_order") is not False or not isinstance(meta.get("descr"), str) \
+            or not isinstance(meta.get("shape"), tuple) or not all(isinstance(n, int) and n >= 0 for n in meta["shape"]):
+        return None
+    header = ArrayHeader(meta["shape"], meta["descr"])
+    return header if header.kind in "biuf" and header.descr[2:].isdigit() else None
+
+
+def npz_headers(path: Path, names: dict[str, str], required: tuple[str, ...],
+                read: tuple[str, ...] = ()) -> Optional[dict[str, ArrayHeader]]:
+    """:func:`read_npz`'s arrays as their headers (role -> :class:`ArrayHeader`), read without NumPy; the
+    roles in ``read`` (uint8 arrays) with their data too. ``None`` when only reading the file as
+    :func:`read_npz` does can say what is wrong with it (or that nothing is): it is not a zip archive,
+    lacks a ``required`` array, holds one :func:`npy_header` cannot describe, or one of ``read`` that is
+    not uint8 or ends early."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            members = set(archive.namelist())
+            if any(f"{names[r]}.npy" not in members for r in required):
+                return None
+            found = {}
+            for role, name in names.items():
+                if f"{name}.npy" in members:
+                    with archive.open(f"{name}.npy") as f:
+                        found[role] = header = npy_header(f)
+                        if header is not None and role in read:
+                            count = 1
+                            for n in header.shape:
+                                count *= n
+                            data = f.read(count) if str(header) == "uint8" else b""
+                            found[role] = ArrayHeader(header.shape, header.descr, data) if len(data) == count else None
+                    if found[role] is None:
+                        return None
+            return found
+    except (OSError, zipfile.BadZipFile, ValueError, EOFError):
+        return None
 
 
 def _npz_array(data: Any, name: str) -> np.ndarray:
@@ -166,7 +266,7 @@ def check_pairs(arrays: dict[str, np.ndarray], where: str) -> None:
             )
         if len(x) == 0:
             raise DataError(f"{where}: the {split} split is empty.", "use arrays with samples in them.")
-        if not (np.issubdtype(x.dtype, np.number) or x.dtype == np.bool_):
+        if x.dtype.kind not in "biufc":  # numbers and booleans (a NumPy dtype's kind, or an ArrayHeader's)
             raise DataError(f"{where}: x_{split} holds {x.dtype} values; inputs must be numbers.",
                             "convert the inputs to numbers (e.g. float32) before saving.")
     shapes = {s: arrays[f"x_{s}"].shape[1:] for s in ("train", "val", "test") if f"x_{s}" in arrays}
@@ -188,7 +288,7 @@ class ArraysSource(Source):
         self.arrays: dict[str, np.ndarray] = {}
         self.where = ""
 
-    def check(self) -> None:
+    def check(self, keep: bool = True) -> None:
         cfg: DataConfig = self.cfg
         names = {role: cfg.keys.get(role, role) for role in ARRAY_ROLES}
         if SAMPLE_WEIGHT_ROLE in cfg.keys:  # read only when named

@@ -18,7 +18,7 @@ run augments the batches it has left as the uninterrupted run would. (A Keras
 layer alone draws from a ``keras.random.SeedGenerator`` variable, whose draws a
 parallel ``map`` takes in a varying order.)
 
-Which names exist is read from Keras's package files (:mod:`tfgpu.keras_names`)
+Which names exist is read from Keras's package files (:mod:`tfgpu.utils.keras_names`)
 before TensorFlow starts (:func:`check_names`).
 
 Wraps: https://keras.io/api/layers/preprocessing_layers/ and
@@ -27,64 +27,10 @@ https://keras.io/guides/preprocessing_layers/
 
 from __future__ import annotations
 
-import difflib
 import inspect
 from typing import Any, Optional
 
-#: Image layers of keras.layers that are no augmentation of (image, label) batches here: MixUp and CutMix mix
-#: the labels too (they need one-hot labels passed with the images), MaxNumBoundingBoxes pads bounding boxes.
-EXCLUDED = frozenset({"MixUp", "CutMix", "MaxNumBoundingBoxes"})
-#: Layers whose output has another height and width than their input: only ``augment_on: model`` (the model
-#: then resizes validation and test images the same way, in inference mode).
-RESHAPING = frozenset({"RandomCrop", "CenterCrop", "Resizing"})
-EXAMPLES = "RandomFlip, RandomRotation, RandomZoom, RandomTranslation, RandomContrast, RandomBrightness"
-
-
-def spec_of(item: Any) -> tuple[str, dict[str, Any]]:
-    """A ``data.augment`` item (``Name``, ``{Name: {args}}`` or ``{Name: null}``) -> ``(name, args)``.
-
-    Raises:
-        ValueError: the item is neither.
-    """
-    if isinstance(item, str) and item:
-        return item, {}
-    if isinstance(item, dict) and len(item) == 1:
-        (name, args), = item.items()
-        if isinstance(name, str) and (args is None or isinstance(args, dict)):
-            return name, dict(args or {})
-        if isinstance(name, str) and isinstance(args, (int, float, list)) and not isinstance(args, bool):
-            return name, {"factor": args}  # RandomRotation: 0.05 -> factor=0.05
-    raise ValueError("each item is a layer class name or {ClassName: {argument: value}}, e.g. "
-                     "[RandomFlip, {RandomRotation: {factor: 0.05}}]")
-
-
-def allowed_names() -> Optional[list[str]]:
-    """The image preprocessing layers ``data.augment`` accepts, read from Keras's files (no import), or ``None``."""
-    from ..keras_names import exported  # noqa: PLC0415
-
-    names = exported("keras.layers")
-    if names is None:
-        return None
-    return sorted(n for n, module in names.items()
-                  if ".image_preprocessing." in module and n[:1].isupper() and n not in EXCLUDED)
-
-
-def check_names(items: list[Any]) -> None:
-    """Check ``data.augment``'s items and names without importing Keras (a schema validator calls it).
-
-    Raises:
-        ValueError: a malformed item, or a name that is no image preprocessing layer (with the closest one
-            and the list); pydantic turns it into a configuration error at the item's file:line.
-    """
-    allowed = allowed_names()
-    for i, item in enumerate(items):
-        name, _ = spec_of(item)
-        if allowed is None or name in allowed:
-            continue
-        close = difflib.get_close_matches(name, allowed, n=1, cutoff=0.6)
-        guess = f" Did you mean '{close[0]}'?" if close else ""
-        raise ValueError(f"item {i}: '{name}' is not a Keras image preprocessing layer.{guess} The layers are: "
-                         f"{', '.join(allowed)} (class names as Keras spells them)")
+from ..config.keras_specs import RESHAPING, spec_of
 
 
 def build_layers(items: list[Any], seed: Optional[int], value_range: Optional[tuple[float, float]] = None) -> list:

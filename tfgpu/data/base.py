@@ -24,12 +24,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-import numpy as np
-
 from ..config import DataConfig
+from ..devices.probe import in_container
 from ..errors import DataError
-from ..model import loss_family
-from ..probe import in_container
+from ..model.keras_model import loss_family
+from ..utils.lazy import numpy as np
 
 DATA_DIR_ENV = "TFGPU_DATA_DIR"
 
@@ -219,8 +218,13 @@ class Source:
         self.loss = loss
         self.split_seed = cfg.seed if cfg.seed is not None else (tf_seed if tf_seed is not None else 0)
 
-    def check(self) -> None:
+    def check(self, keep: bool = True) -> None:
         """Check (and read, where that is cheap) the local files; no TensorFlow.
+
+        Args:
+            keep: keep what was read for :meth:`load` (``tfgpu run``). ``False`` (``tfgpu plan``): the
+                same checks, made as cheaply as the files allow (the Keras built-ins' uint8 ``.npz`` and
+                IDX files: the images' headers and the labels' bytes, without NumPy), nothing kept.
 
         Raises:
             DataError: a file or folder is missing, unreadable or malformed.

@@ -32,11 +32,10 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-import numpy as np
-
 from ..config import DataConfig
 from ..errors import DataError
-from ..imports import import_function, keyword_arguments
+from ..utils.imports import import_function, keyword_arguments
+from ..utils.lazy import numpy as np
 from .arrays import arrange, check_pairs
 from .base import Data, DataSpec, LoadContext, Reader, Source, Split, label_task, rescale_for
 

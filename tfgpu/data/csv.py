@@ -23,10 +23,9 @@ import math
 from pathlib import Path
 from typing import Any, Optional
 
-import numpy as np
-
 from ..config import DataConfig
 from ..errors import DataError
+from ..utils.lazy import numpy as np
 from .arrays import arrange
 from .base import Data, LoadContext, Source, existing
 
@@ -159,7 +158,7 @@ class CsvSource(Source):
 
     kind = "csv"
 
-    def check(self) -> None:
+    def check(self, keep: bool = True) -> None:
         cfg: DataConfig = self.cfg
         features = list(cfg.features) if cfg.features is not None else None
         self.arrays: dict[str, np.ndarray] = {}

@@ -32,11 +32,10 @@ import functools
 import math
 from typing import Any, Optional
 
-import numpy as np
-
 from ..config import DataConfig
 from ..config.schema import NEEDS_TENSORFLOW
 from ..errors import DataError
+from ..utils.lazy import numpy as np
 from .base import Data, DataSpec, LoadContext, Source, Split
 from .pipeline import Pipelines, materialize, transform_numpy
 
@@ -192,7 +191,7 @@ def prepare_for_jax(source: Source, cfg: DataConfig, context: LoadContext, repli
         DataError: the kind needs TensorFlow and it is not installed; a builder
             that returns pre-batched datasets; a split too large for memory.
     """
-    from ..backends.jax_apply import tensorflow_importable  # noqa: PLC0415
+    from ..devices.jax_apply import tensorflow_importable  # noqa: PLC0415
 
     kind = cfg.kind
     missing_tf = (f"data.kind: {kind} needs TensorFlow, which is not installed here; with backend: jax tfgpu reads "

@@ -23,10 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-import numpy as np
-
 from ..config import DataConfig
 from ..errors import DataError
+from ..utils.lazy import numpy as np
 from .base import Data, DataSpec, LoadContext, Reader, Source, Split, existing, holdout, rescale_for, tf_error_text
 
 EXTENSIONS = (".bmp", ".gif", ".jpeg", ".jpg", ".png")
@@ -306,7 +305,7 @@ class ImageFolderSource(Source):
 
     kind = "image_folder"
 
-    def check(self) -> None:
+    def check(self, keep: bool = True) -> None:
         cfg: DataConfig = self.cfg
         fix = "point it at the folder that holds one sub-folder of images per class."
         self.train = list_images(existing(cfg.path, "path", "a folder of class folders", f"check data.path; {fix}"),

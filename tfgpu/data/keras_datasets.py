@@ -28,10 +28,9 @@ import pickle
 from pathlib import Path
 from typing import Any, Optional
 
-import numpy as np
-
 from ..errors import DataError
-from .arrays import arrange, read_npz
+from ..utils.lazy import numpy as np
+from .arrays import ArrayHeader, arrange, npz_headers, read_npz
 from .base import DATA_DIR_ENV, Data, LoadContext, Source, resolve_path, unmounted_data
 
 IDX_FILES = {
@@ -44,6 +43,8 @@ IDX_FILES = {
 CLASSES = {"mnist": 10, "fashion_mnist": 10, "cifar10": 10, "cifar100": 100}
 CIFAR_DIRS = {"cifar10": "cifar-10-batches-py", "cifar100": "cifar-100-python"}
 _KERAS_LAYOUT = {role: role for role in IDX_FILES}
+#: The arrays ``tfgpu plan`` reads whole (their range is checked): the labels, small; the images' headers suffice.
+LABELS = ("y_train", "y_test")
 
 
 def classes_of(name: str, label_mode: str = "fine") -> int:
@@ -86,6 +87,29 @@ def read_idx(path: Path, expected_magic: int) -> np.ndarray:
             "the file is truncated or damaged; re-download or re-copy it.",
         )
     return np.frombuffer(raw, dtype=np.uint8, offset=header).reshape(dims)
+
+
+def idx_header(path: Path, expected_magic: int, data: bool = False) -> Optional[ArrayHeader]:
+    """An uncompressed IDX file's shape from its header, without NumPy (``data``: with its bytes, for labels);
+    ``None`` when only :func:`read_idx` can say what is wrong with it (or that nothing is): a ``.gz`` file,
+    another magic number, or a size that does not match the header."""
+    if path.suffix == ".gz":
+        return None
+    try:
+        with path.open("rb") as f:
+            head = f.read(4)
+            if len(head) < 4 or int.from_bytes(head, "big") != expected_magic:
+                return None
+            dims = f.read(4 * head[3])
+            size = path.stat().st_size
+            values = f.read() if data else None
+    except OSError:
+        return None
+    shape = tuple(int.from_bytes(dims[4 * i:4 * i + 4], "big") for i in range(head[3]))
+    count = 1
+    for n in shape:
+        count *= n
+    return ArrayHeader(shape, "|u1", values) if len(dims) == 4 * head[3] and size == 4 + len(dims) + count else None
 
 
 def _find_idx(directory: Path) -> Optional[dict[str, Path]]:
@@ -168,20 +192,29 @@ def _read_cifar(directory: Path, name: str, label_mode: str) -> dict[str, np.nda
             "x_test": x_test, "y_test": y_test}
 
 
-def _load_dir(directory: Path, name: str, label_mode: str) -> Optional[tuple[dict[str, np.ndarray], str]]:
+def _load_dir(directory: Path, name: str, label_mode: str,
+              headers: bool = False) -> Optional[tuple[dict[str, Any], str]]:
+    """The dataset in ``directory`` (or its ``name`` folder): ``(arrays, source)``, ``None`` when no layout is there.
+    ``headers``: the arrays' :class:`~tfgpu.data.arrays.ArrayHeader` instead, or ``({}, source)`` when the
+    files must be read whole to be checked (CIFAR's pickles, a ``.gz`` or damaged file)."""
     fix = f"use a Keras-layout {name}.npz with x_train, y_train, x_test and y_test."
     for base in (directory, directory / name):
         if (base / f"{name}.npz").is_file():
             path = base / f"{name}.npz"
+            if headers:
+                return npz_headers(path, _KERAS_LAYOUT, tuple(IDX_FILES), LABELS) or {}, str(path)
             return read_npz(path, _KERAS_LAYOUT, tuple(IDX_FILES), fix), str(path)
         if name in CIFAR_DIRS:
             for folder in (base / CIFAR_DIRS[name], base):
                 if (folder / ("test_batch" if name == "cifar10" else "test")).is_file():
-                    return _read_cifar(folder, name, label_mode), str(folder)
+                    return ({} if headers else _read_cifar(folder, name, label_mode)), str(folder)
         else:
             idx = _find_idx(base)
             if idx:
-                arrays = {k: read_idx(p, IDX_FILES[k][1]) for k, p in idx.items()}
+                read = idx_header if headers else read_idx
+                arrays = {k: read(p, IDX_FILES[k][1], *((k in LABELS,) if headers else ())) for k, p in idx.items()}
+                if headers and None in arrays.values():
+                    arrays = {}
                 return arrays, str(idx["x_train"].parent)
     return None
 
@@ -192,7 +225,16 @@ def _layouts(name: str) -> str:
     return f"neither {name}.npz nor the four IDX files (directly, under idx/ or under {name}/)"
 
 
-def _check_images(arrays: dict[str, np.ndarray], source: str, name: str, classes: int) -> dict[str, np.ndarray]:
+def _check_images(arrays: dict[str, Any], source: str, name: str, classes: int) -> dict[str, Any]:
+    """The shapes and values of a Keras built-in's four arrays checked; the arrays as uint8.
+
+    With :class:`~tfgpu.data.arrays.ArrayHeader` objects (``tfgpu plan``: the images' headers, the labels'
+    bytes), the same checks run on uint8 arrays (whose pixels need no value check) and the headers are
+    returned; another type returns ``{}``: its values must be read with NumPy to be checked.
+    """
+    headers = any(isinstance(a, ArrayHeader) for a in arrays.values())
+    if headers and not all(str(a.dtype) == "uint8" for a in arrays.values()):
+        return {}
     for split in ("train", "test"):
         x, y = arrays[f"x_{split}"], arrays[f"y_{split}"]
         if x.ndim not in (3, 4) or y.ndim not in (1, 2):
@@ -219,12 +261,14 @@ def _check_images(arrays: dict[str, np.ndarray], source: str, name: str, classes
     if top >= classes:
         raise DataError(f"{source}: a label is {top}; {name} has classes 0-{classes - 1}.",
                         "the label file is damaged or belongs to another dataset.")
+    if headers:
+        return arrays
     return {k: np.asarray(v, dtype=np.uint8) for k, v in arrays.items()}
 
 
 def _check_values(a: np.ndarray, name: str, source: str, what: str, allowed: str) -> None:
     """Refuse arrays that would not survive the cast to uint8 unchanged (text, fractions, negatives, > 255)."""
-    if a.dtype == np.uint8:
+    if str(a.dtype) == "uint8":  # (also an ArrayHeader's: no NumPy needed)
         return
     floating = np.issubdtype(a.dtype, np.floating)
     if not (floating or np.issubdtype(a.dtype, np.integer)) or a.dtype == np.bool_:
@@ -268,14 +312,19 @@ def needs_download(path: Optional[str]) -> bool:
     return path is None and not os.environ.get(DATA_DIR_ENV)
 
 
-def load_keras_dataset(name: str = "mnist", path: Optional[str] = None,
-                       label_mode: str = "fine") -> tuple[dict[str, np.ndarray], str]:
+def load_keras_dataset(name: str = "mnist", path: Optional[str] = None, label_mode: str = "fine",
+                       headers: bool = False) -> tuple[dict[str, Any], str]:
     """Read a Keras built-in into memory: ``({x_train, y_train, x_test, y_test}, source)``.
 
     Args:
         name: ``mnist``, ``fashion_mnist``, ``cifar10`` or ``cifar100``.
         path: ``data.path``, or ``None`` (see the module doc).
         label_mode: ``cifar100``: ``fine`` or ``coarse``.
+
+        headers: without NumPy (``tfgpu plan``): the images' headers and the labels' bytes, as
+            :class:`~tfgpu.data.arrays.ArrayHeader` objects, checked as the arrays are; ``{}`` when the
+            files must be read with NumPy to be checked (a type other than uint8, CIFAR's pickles, a
+            ``.gz`` or damaged file). Not for the Keras download.
 
     Returns:
         uint8 images ``(N, 28, 28)`` (MNIST, Fashion-MNIST) or ``(N, 32, 32, 3)``
@@ -296,12 +345,14 @@ def load_keras_dataset(name: str = "mnist", path: Optional[str] = None,
                 f"point data.path at {name}.npz or a folder with the original files, or remove it to use "
                 f"{DATA_DIR_ENV} or the Keras download.",
             )
-        if p.is_file():
+        if p.is_file() and headers:
+            loaded = (npz_headers(p, _KERAS_LAYOUT, tuple(IDX_FILES), LABELS) or {}, str(p))
+        elif p.is_file():
             loaded = (read_npz(p, _KERAS_LAYOUT, tuple(IDX_FILES),
                                f"use a Keras-layout {name}.npz with x_train, y_train, x_test and y_test "
                                "(or data.kind: arrays with data.keys for other names)."), str(p))
         else:
-            loaded = _load_dir(p, name, label_mode)
+            loaded = _load_dir(p, name, label_mode, headers)
             if loaded is None:
                 raise DataError(f"data.path: '{path}' holds {_layouts(name)}.",
                                 "point data.path at the folder that holds them.")
@@ -318,12 +369,14 @@ def load_keras_dataset(name: str = "mnist", path: Optional[str] = None,
                 f"(looked for {directory}).",
                 f"put the dataset in {directory}/ ({name}.npz or the original files), or unset {DATA_DIR_ENV}.",
             )
-        loaded = _load_dir(directory, name, label_mode)
+        loaded = _load_dir(directory, name, label_mode, headers)
         if loaded is None:
             raise DataError(f"{directory} holds {_layouts(name)}.", f"copy {name}.npz or the original files there.")
     else:  # needs_download(path)
         loaded = _from_keras(name, label_mode)
     arrays, source = loaded
+    if headers and not arrays:
+        return {}, source
     return _check_images(arrays, source, name, classes), source
 
 
@@ -336,10 +389,13 @@ class KerasSource(Source):
         super().__init__(*args, **kwargs)
         self.loaded: Optional[tuple[dict[str, np.ndarray], str]] = None
 
-    def check(self) -> None:
+    def check(self, keep: bool = True) -> None:
         # Local files are read now (NumPy only); the Keras download needs TensorFlow, so it waits for load().
-        if not needs_download(self.cfg.path):
-            self.loaded = load_keras_dataset(self.cfg.dataset_name, self.cfg.path, self.cfg.label_mode)
+        if needs_download(self.cfg.path):
+            return
+        if not keep and load_keras_dataset(self.cfg.dataset_name, self.cfg.path, self.cfg.label_mode, True)[0]:
+            return  # tfgpu plan: every check passed on the images' headers and the labels (uint8), no NumPy
+        self.loaded = load_keras_dataset(self.cfg.dataset_name, self.cfg.path, self.cfg.label_mode)
 
     def load(self, context: LoadContext) -> Data:
         name = self.cfg.dataset_name

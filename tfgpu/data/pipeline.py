@@ -42,10 +42,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Collection, Optional
 
-import numpy as np
-
 from ..config import DataConfig
 from ..errors import DataError
+from ..utils.lazy import numpy as np
 from .base import Data, DataSpec, Reader, Split, tf_error_text
 
 #: A streamed split is decoded into memory (``cache: true``) only if it takes at most
@@ -620,6 +619,7 @@ def training_extras(data: Data, data_cfg: DataConfig, seed: Optional[int], class
             for a regression task or a class the data does not have, ``balanced`` without the training labels
             in memory.
     """
+    from ..config.keras_specs import spec_of  # noqa: PLC0415
     from ..errors import ConfigError  # noqa: PLC0415
     from . import augment, weights  # noqa: PLC0415
 
@@ -631,7 +631,7 @@ def training_extras(data: Data, data_cfg: DataConfig, seed: Optional[int], class
     if data_cfg.augment:
         augment.check_data(data_cfg.augment, spec.input_shape, data_cfg.augment_on)
         value_range = augment.value_range_of(spec)
-        info["augment"] = {"layers": [augment.spec_of(item)[0] for item in data_cfg.augment],
+        info["augment"] = {"layers": [spec_of(item)[0] for item in data_cfg.augment],
                            "on": data_cfg.augment_on, "seed": seed,
                            "value_range": list(value_range) if value_range else None}
         if data_cfg.augment_on == "pipeline":

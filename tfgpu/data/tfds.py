@@ -26,11 +26,11 @@ import os
 from pathlib import Path
 from typing import Any, Optional
 
-import numpy as np
-
 from ..config import DataConfig
 from ..errors import DataError
-from .base import Data, examples_hint, DataSpec, LoadContext, Source, Split, label_task, rescale_for, resolve_path, tf_error_text
+from ..utils.lazy import numpy as np
+from .base import (Data, DataSpec, LoadContext, Source, Split, examples_hint, label_task, rescale_for, resolve_path,
+                   tf_error_text)
 from .builder import DatasetReader
 
 DEFAULT_DATA_DIR = "~/tensorflow_datasets"
@@ -54,7 +54,7 @@ class TfdsSource(Source):
 
     kind = "tfds"
 
-    def check(self) -> None:
+    def check(self, keep: bool = True) -> None:
         cfg: DataConfig = self.cfg
         if importlib.util.find_spec("tensorflow_datasets") is None:
             raise DataError(

@@ -28,12 +28,11 @@ import zlib
 from pathlib import Path
 from typing import Any, Optional
 
-import numpy as np
-
 from ..config import DataConfig, FeatureSpec
 from ..errors import DataError
-from .base import Data, examples_hint, DataSpec, LoadContext, Reader, Source, Split, label_task, resolve_path, rescale_for, \
-    tf_error_text
+from ..utils.lazy import numpy as np
+from .base import (Data, DataSpec, LoadContext, Reader, Source, Split, examples_hint, label_task, rescale_for,
+                   resolve_path, tf_error_text)
 from .image_folder import CHANNELS
 
 _HASH_BUCKETS = 1_000_000
@@ -235,7 +234,7 @@ class TfrecordSource(Source):
 
     kind = "tfrecord"
 
-    def check(self) -> None:
+    def check(self, keep: bool = True) -> None:
         cfg: DataConfig = self.cfg
         self.files: dict[str, tuple[str, ...]] = {}
         for key, split in (("path", "train"), ("validation_path", "validation"), ("test_path", "test")):

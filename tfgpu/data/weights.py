@@ -20,9 +20,8 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence, Union
 
-import numpy as np
-
 from ..errors import ConfigError
+from ..utils.lazy import numpy as np
 
 
 def class_indices(y: np.ndarray, target_shape: Sequence[int]) -> np.ndarray:

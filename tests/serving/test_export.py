@@ -1,0 +1,324 @@
+"""`tfgpu export savedmodel|onnx|litert`: real runs exported, each artifact loaded in its own runtime here.
+
+Three small real runs (MNIST from the .npz, MNIST as a PNG class folder written at test time, the breast
+cancer CSV) are each exported in the three formats by the real CLI. The artifacts are then loaded by
+TensorFlow's SavedModel loader, ONNX Runtime and the LiteRT interpreter in a fresh interpreter, fed the
+raw validation inputs, and compared with the trained ``model.keras`` fed the same inputs preprocessed by
+hand (/255 and a channel axis for the images) - not with tfgpu's own serving model.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from ..conftest import ROOT, data_dir, one_paragraph, only_run_dir, run_cli, run_python
+
+FORMATS = ("savedmodel", "onnx", "litert")
+RECORD = {"savedmodel": "savedmodel/{name}/1/export.json", "onnx": "model.onnx.export.json",
+          "litert": "model.tflite.export.json"}
+
+
+def train(tmp: Path, recipe: str, *sets: str) -> Path:
+    result = run_cli("run", recipe, "--set", "train.epochs=1", *sets, "--output-dir", str(tmp))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return only_run_dir(tmp)
+
+
+@pytest.fixture(scope="module")
+def png(tmp_path_factory) -> Path:
+    """1500 + 1500 real MNIST digits as PNGs: ``<dir>/{train,test}/<digit>/<n>.png``."""
+    from recipes.make_examples import write_png_folder  # noqa: PLC0415
+
+    return write_png_folder(tmp_path_factory.mktemp("png"), limit=1500)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, png) -> dict[str, Path]:
+    """``{"mnist", "images", "csv"}`` -> a finished one-epoch run directory."""
+    return {
+        "mnist": train(tmp_path_factory.mktemp("mnist"), "recipes/mnist.yaml",
+                       "--set", "train.batch_size_per_replica=512"),
+        "images": train(tmp_path_factory.mktemp("images"), "recipes/mnist_images.yaml",
+                        "--set", f"data.path={png / 'train'}", "--set", f"data.test_path={png / 'test'}",
+                        "--set", "data.validation_split=0.2"),
+        "csv": train(tmp_path_factory.mktemp("csv"), "recipes/breast_cancer.yaml"),
+    }
+
+
+@pytest.fixture(scope="module")
+def exports(runs) -> dict[tuple[str, str], dict]:
+    """Every run exported in every format by the CLI: ``{(run, format): {"result", "seconds", "record"}}``."""
+    out = {}
+    for name, run_dir in runs.items():
+        for fmt in FORMATS:
+            started = time.perf_counter()
+            result = run_cli("export", fmt, str(run_dir))
+            seconds = time.perf_counter() - started
+            assert result.returncode == 0, f"{name} {fmt}: " + result.stdout[-2000:] + result.stderr[-3000:]
+            recipe = json.loads((run_dir / "summary.json").read_text())["recipe"]
+            path = run_dir / "export" / RECORD[fmt].format(name=Path(recipe).stem)
+            out[name, fmt] = {"result": result, "seconds": seconds, "record": json.loads(path.read_text())}
+    return out
+
+
+#: Loads the three artifacts of RUN_DIR in their runtimes and the trained model.keras in Keras, feeds them the
+#: raw validation sample tfgpu recorded (re-read here from the data), prints the differences as JSON.
+CHECK = """
+import json, sys
+import numpy as np
+run_dir, kind = sys.argv[1], sys.argv[2]
+from pathlib import Path
+run = Path(run_dir)
+summary = json.loads((run / "summary.json").read_text())
+if kind == "csv":
+    import csv
+    rows = list(csv.DictReader(open(sys.argv[3])))
+    feats = summary["data"]["features"]
+    x = np.array([[float(r[f]) for f in feats] for r in rows], dtype=np.float32)[:256]
+elif kind == "mnist":
+    x = np.load(sys.argv[3])["x_test"][:256]
+else:
+    from PIL import Image
+    files = sorted(Path(sys.argv[3]).glob("*/*.png"))[:256]
+    x = np.stack([np.asarray(Image.open(f)) for f in files]).astype(np.uint8)[..., None]  # grey: 1 channel
+import keras
+model = keras.models.load_model(run / "model.keras", compile=False)
+if x.dtype == np.uint8:
+    pixels = x.astype("float32") / 255.0
+    ref = model.predict(pixels[..., None] if pixels.ndim == 3 else pixels, verbose=0)
+else:
+    ref = model.predict(x, verbose=0)
+export = run / "export"
+name = Path(summary["recipe"]).stem
+out = {}
+import tensorflow as tf
+loaded = tf.saved_model.load(str(export / "savedmodel" / name / "1"))
+fn = loaded.signatures["serving_default"]
+out["savedmodel"] = fn(inputs=tf.constant(x))["outputs"].numpy()
+out["savedmodel_signature"] = [sorted(fn.structured_input_signature[1]), sorted(fn.structured_outputs)]
+import onnxruntime as ort
+sess = ort.InferenceSession(str(export / "model.onnx"), providers=["CPUExecutionProvider"])
+out["onnx"] = sess.run(None, {"inputs": x})[0]
+out["onnx_io"] = [[(i.name, i.type) for i in sess.get_inputs()], [o.name for o in sess.get_outputs()]]
+from ai_edge_litert.interpreter import Interpreter
+it = Interpreter(model_path=str(export / "model.tflite"))
+inp = it.get_input_details()[0]
+it.resize_tensor_input(inp["index"], list(x.shape))
+it.allocate_tensors()
+it.set_tensor(inp["index"], x)
+it.invoke()
+out["litert"] = it.get_tensor(it.get_output_details()[0]["index"])
+out["litert_signature"] = it.get_signature_list()["serving_default"]
+def classes(p):
+    return (p[:, 0] > 0.5).astype(int) if p.shape[-1] == 1 else p.argmax(-1)
+report = {"n": len(x), "dtype": str(x.dtype)}
+for fmt in ("savedmodel", "onnx", "litert"):
+    got = np.asarray(out[fmt], dtype=np.float32)
+    report[fmt] = {"shape": list(got.shape), "max_abs_diff": float(np.abs(got - ref).max()),
+                   "same_classes": int((classes(got) == classes(ref)).sum())}
+report["savedmodel_signature"] = out["savedmodel_signature"]
+report["onnx_io"] = out["onnx_io"]
+report["litert_signature"] = out["litert_signature"]
+print("REPORT" + json.dumps(report))
+"""
+
+
+def check_in_runtimes(run_dir: Path, kind: str, data: str) -> dict:
+    result = run_python(CHECK.replace("import json, sys", "import json, sys\nsys.argv = " +
+                                      repr(["-", str(run_dir), kind, data])), TF_CPP_MIN_LOG_LEVEL="3")
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    line = next(ln for ln in result.stdout.splitlines() if ln.startswith("REPORT"))
+    return json.loads(line[len("REPORT"):])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["mnist", "images", "csv"])
+def test_each_artifact_loads_in_its_runtime_and_agrees_with_the_trained_model(runs, exports, png, kind):
+    """Raw inputs (uint8 digits from the .npz or the PNG files, float rows of the CSV) into each artifact; the
+    trained model.keras fed them as the pipeline does (/255, channel axis; the CSV normalised inside)."""
+    run_dir = runs[kind]
+    data = {"mnist": data_dir() / "mnist" / "mnist.npz", "csv": data_dir() / "breast_cancer" / "breast_cancer.csv",
+            "images": png / "test"}[kind]
+    report = check_in_runtimes(run_dir, kind, str(data))
+    assert report["n"] >= 100
+    for fmt in FORMATS:
+        assert report[fmt]["max_abs_diff"] <= 1e-4, (fmt, report)
+        assert report[fmt]["same_classes"] == report["n"], (fmt, report)
+        assert report[fmt]["shape"][1] == (1 if kind == "csv" else 10)
+        # tfgpu's own figures, printed and recorded, are within the same bound on the run's validation sample
+        record = exports[kind, fmt]["record"]
+        assert record["verification"]["passed"] is True
+        assert record["verification"]["max_abs_diff"] <= 1e-4
+        assert record["verification"]["classes_identical"] == record["verification"]["samples"] > 0
+        assert f"{record['verification']['max_abs_diff']:.2e}" in exports[kind, fmt]["result"].stdout
+    assert report["savedmodel_signature"] == [["inputs"], ["outputs"]]
+    dtype = "float" if kind == "csv" else "uint8"
+    assert report["onnx_io"] == [[["inputs", f"tensor({dtype})"]], ["outputs"]]
+    assert report["litert_signature"] == {"inputs": ["inputs"], "outputs": ["outputs"]}
+
+
+@pytest.mark.slow
+def test_export_json_tells_a_client_everything(runs, exports):
+    mnist = exports["mnist", "onnx"]["record"]
+    assert mnist["input"] == {"name": "inputs", "shape": [-1, 28, 28], "dtype": "uint8", "range": {"min": 0, "max": 255},
+                              "layout": "pixels (batch, height, width)", "features": None, "image_size": [28, 28]}
+    assert mnist["output"]["name"] == "outputs" and mnist["output"]["shape"] == [-1, 10]
+    assert mnist["output"]["dtype"] == "float32" and mnist["task"] == "classification"
+    assert mnist["class_names"] == [str(i) for i in range(10)]
+    summary = json.loads((runs["mnist"] / "summary.json").read_text())
+    assert mnist["source_run"]["run_dir"] == str(runs["mnist"].resolve())
+    assert mnist["source_run"]["final_metrics"] == summary["final_metrics"]
+    assert mnist["versions"]["tensorflow"] and mnist["versions"]["keras"] and mnist["versions"]["onnxruntime"]
+    assert mnist["versions"]["tfgpu"] and mnist["format"] == "onnx"
+    assert mnist["verification"]["samples"] == 256 and mnist["verification"]["split"] == "validation"
+    images = exports["images", "litert"]["record"]
+    assert images["input"]["shape"] == [-1, 28, 28, 1] and images["input"]["dtype"] == "uint8"
+    assert images["class_names"] == [str(i) for i in range(10)]
+    assert images["versions"]["ai-edge-litert"]
+    csv = exports["csv", "savedmodel"]["record"]
+    assert csv["input"]["dtype"] == "float32" and csv["input"]["shape"] == [-1, 30]
+    assert csv["input"]["features"][0] == "mean_radius" and len(csv["input"]["features"]) == 30
+    area = csv["input"]["range"]["mean_area"]
+    assert 100 < area["min"] < area["max"] < 3000  # observed on the training rows, raw (normalised inside)
+    assert csv["output"]["shape"] == [-1, 1] and csv["class_names"] == ["0", "1"]
+    assert csv["savedmodel"]["signature"] == "serving_default" and csv["savedmodel"]["version"] == 1
+    # nothing else beside the artifacts: no temporary folder left behind
+    for run_dir in runs.values():
+        assert not [p.name for p in (run_dir / "export").rglob(".*")]
+
+
+@pytest.mark.slow
+def test_savedmodel_versions_follow_tf_servings_layout(runs, exports, tmp_path):
+    run_dir = runs["csv"]
+    default = run_dir / "export" / "savedmodel" / "breast_cancer"  # the fixture's export made version 1
+    again = run_cli("export", "savedmodel", str(run_dir))
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert sorted(p.name for p in default.iterdir()) == ["1", "2"]  # the next free version
+    assert (default / "2" / "saved_model.pb").is_file() and (default / "2" / "variables").is_dir()
+    base = tmp_path / "models" / "cancer"
+    chosen = run_cli("export", "savedmodel", str(run_dir), "-o", str(base), "--version", "7")
+    assert chosen.returncode == 0, chosen.stderr[-2000:]
+    assert sorted(p.name for p in base.iterdir()) == ["7"] and (base / "7" / "saved_model.pb").is_file()
+    record = json.loads((base / "7" / "export.json").read_text())["savedmodel"]
+    assert record["model_name"] == "cancer" and record["version"] == 7 and record["signature"] == "serving_default"
+    taken = run_cli("export", "savedmodel", str(run_dir), "--version", "2")
+    assert taken.returncode == 3 and "already exists" in taken.stderr and "(3)" in taken.stderr, taken.stderr
+    one_paragraph(taken.stderr)
+    assert sorted(p.name for p in default.iterdir()) == ["1", "2"]
+
+
+@pytest.mark.slow
+def test_a_failed_export_leaves_nothing_behind(runs, tmp_path):
+    """The run's data moved (the check sample cannot be read): exit 5, and not even the folders -o named."""
+    target = tmp_path / "new" / "deeper" / "model.onnx"
+    result = run_cli("export", "onnx", str(runs["csv"]), "-o", str(target), "--set", f"data.path={tmp_path}/gone.csv")
+    assert result.returncode == 5, result.stderr[-2000:]
+    assert "data.path" in result.stderr and "gone.csv" in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+HIDE = """
+import sys
+sys.modules[{module!r}] = None  # as if the package were not installed
+sys.argv = ["tfgpu", "export", {fmt!r}, {run!r}]
+from tfgpu.cli import main
+main()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt, module, extra", [("onnx", "onnxruntime", "onnx"), ("onnx", "tf2onnx", "onnx"),
+                                                ("litert", "ai_edge_litert", "litert")])
+def test_a_missing_runtime_names_the_extra_to_install(runs, fmt, module, extra, tmp_path):
+    run_dir = tmp_path / "run"
+    shutil.copytree(runs["mnist"], run_dir, ignore=shutil.ignore_patterns("export"))
+    result = run_python(HIDE.format(module=module, fmt=fmt, run=str(run_dir)))
+    assert result.returncode == 3, result.stderr[-2000:]
+    assert f"pip install 'tfgpu[{extra}]'" in result.stderr and module in result.stderr
+    one_paragraph(result.stderr)
+    assert not (run_dir / "export").exists()
+
+
+def test_a_run_without_model_keras_is_a_data_error(tmp_path):
+    run_dir = tmp_path / "failed-run"
+    run_dir.mkdir()
+    shutil.copy(ROOT / "recipes" / "mnist.yaml", run_dir / "config.yaml")
+    (run_dir / "summary.json").write_text(json.dumps({"status": "failed", "data": {"input_shape": [28, 28, 1]}}))
+    for fmt in FORMATS:
+        result = run_cli("export", fmt, str(run_dir))
+        assert result.returncode == 5, result.stderr
+        assert "no model.keras" in result.stderr and "save_model" in result.stderr
+        one_paragraph(result.stderr)
+    assert sorted(p.name for p in run_dir.iterdir()) == ["config.yaml", "summary.json"]
+
+
+def test_an_unwritable_output_is_an_output_error_before_any_work(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    shutil.copy(ROOT / "recipes" / "breast_cancer.yaml", run_dir / "config.yaml")
+    (run_dir / "model.keras").write_bytes(b"not loaded: the output is checked first")
+    (run_dir / "summary.json").write_text(json.dumps({"status": "completed", "recipe": "recipes/breast_cancer.yaml",
+                                                      "data": {"input_shape": [30], "stored_dtype": "float32"}}))
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    started = time.perf_counter()
+    result = run_cli("export", "savedmodel", str(run_dir), "-o", str(blocker / "models" / "cancer"))
+    assert result.returncode == 8, result.stderr
+    assert str(blocker) in result.stderr and "-o" in result.stderr
+    one_paragraph(result.stderr)
+    folder = run_cli("export", "litert", str(run_dir), "-o", str(tmp_path))
+    assert folder.returncode == 8 and "is a folder" in folder.stderr, folder.stderr
+    assert time.perf_counter() - started < 30  # no TensorFlow started, no model loaded
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file", "run"]
+
+
+class _Run:
+    def __init__(self, task: str) -> None:
+        self.task = task
+
+
+def test_the_agreement_check_is_absolute_for_probabilities_relative_for_large_values_and_forgives_near_ties():
+    import numpy as np
+
+    from tfgpu.serving.export import compare
+
+    probs = np.array([[0.7, 0.2, 0.1], [0.50004, 0.49996, 0.0]], np.float32)
+    assert compare(probs, probs + 5e-5, _Run("classification"))["passed"]
+    assert not compare(probs, probs + 2e-4, _Run("classification"))["passed"]
+    flipped = np.array([[0.7, 0.2, 0.1], [0.49996, 0.50004, 0.0]], np.float32)  # a near tie flips: allowed
+    check = compare(probs, flipped, _Run("classification"))
+    assert check["passed"] and check["classes_identical"] == 1 and check["near_ties"] == 1
+    clear = np.array([[0.2, 0.7, 0.1], [0.50004, 0.49996, 0.0]], np.float32)  # a clear class changes: refused
+    assert not compare(probs, clear, _Run("classification"))["passed"]
+    prices = np.array([[2048.0], [250000.0], [0.5]], np.float32)
+    near = prices + np.array([[2.4e-4], [0.02], [5e-5]], np.float32)
+    assert compare(prices, near, _Run("regression"))["passed"]  # float32's own spacing at 2,048 and 250,000
+    assert not compare(prices, prices + np.array([[1.0], [0.0], [0.0]], np.float32), _Run("regression"))["passed"]
+    assert not compare(prices, prices[:2], _Run("regression"))["passed"]
+
+
+def test_a_failed_replace_puts_the_earlier_export_back(tmp_path):
+    """Exporting onto an earlier model.onnx: when the record cannot be moved into place, the earlier artifact
+    and record are restored as they were, and the new ones are gone."""
+    from tfgpu.serving.export import _replace_pair
+    from tfgpu.errors import OutputError
+
+    old_model, old_record = tmp_path / "model.onnx", tmp_path / "model.onnx.export.json"
+    old_model.write_text("earlier model")
+    old_record.write_text("earlier record")
+    staging = tmp_path / ".staging"
+    staging.mkdir()
+    (staging / "artifact").write_text("new model")  # and no new record: the second move fails
+    with pytest.raises(OutputError):
+        _replace_pair(staging, [(staging / "artifact", old_model), (staging / "export.json", old_record)], "export onnx")
+    assert old_model.read_text() == "earlier model" and old_record.read_text() == "earlier record"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".staging", "model.onnx", "model.onnx.export.json"]
+    (staging / "export.json").write_text("new record")
+    (staging / "artifact").write_text("new model")
+    _replace_pair(staging, [(staging / "artifact", old_model), (staging / "export.json", old_record)], "export onnx")
+    assert old_model.read_text() == "new model" and old_record.read_text() == "new record"

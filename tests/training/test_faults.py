@@ -1,0 +1,342 @@
+"""Through faults, with real processes: kill -9 then `tfgpu run --resume`, a kill during a checkpoint save,
+SIGTERM and the Slurm requeue signal (exit 75), a killed worker restarted from the checkpoint, and a changed
+config refused on resume. The fast tests at the top need no TensorFlow."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tfgpu.config import load_config
+from tfgpu.training.checkpoint import read_state
+from tfgpu.training.resume import changed_settings, keep_metrics, restart_record
+
+from ..conftest import ROOT, child_env, one_paragraph, only_run_dir, run_cli
+
+SEED = str(ROOT / "recipes" / "mnist.yaml")
+#: 45 steps per epoch in calls of 5, a checkpoint every 10 steps: kills land inside epochs.
+MID_EPOCH = ["--set", "train.batch_size_per_replica=512", "--set", "train.steps_per_execution=5",
+             "--set", "train.checkpoint.every_steps=10", "--set", "train.epochs=3"]
+
+
+def summary_of(run_dir: Path) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+def epochs_in(run_dir: Path) -> list[int]:
+    with open(run_dir / "metrics.csv", newline="") as f:
+        return [int(row["epoch"]) for row in csv.DictReader(f)]
+
+
+def start(*args: str, cwd: Path = ROOT, **env: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "tfgpu", "run", *args], cwd=cwd, env=child_env(**env),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for(what, process: subprocess.Popen, timeout: float = 180, pause: float = 0.02):
+    """Poll ``what()`` until it returns something true; fail if the process ends first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = what()
+        if value:
+            return value
+        if process.poll() is not None:
+            out, err = process.communicate()
+            raise AssertionError(f"the run ended (exit {process.returncode}) first:\n{out[-2000:]}\n{err[-3000:]}")
+        time.sleep(pause)
+    process.kill()
+    raise AssertionError("timed out")
+
+
+def checkpoint_at(parent: Path, at_least: int):
+    """A function: the run directory under ``parent`` once its checkpoint holds ``at_least`` global steps."""
+    def check():
+        dirs = [p for p in parent.iterdir() if p.is_dir() and ".worker-" not in p.name] if parent.exists() else []
+        if dirs:
+            state = read_state(dirs[0])
+            if state and state["global_step"] >= at_least:
+                return dirs[0]
+        return None
+    return check
+
+
+def resume(run_dir: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
+    return run_cli("run", "--resume", str(run_dir), *args, **env)
+
+
+# --- fast: no TensorFlow -------------------------------------------------------------------------------------
+
+
+def test_checkpoint_is_on_by_default_and_a_switch_turns_it_off():
+    assert load_config(SEED).train.checkpoint.enabled
+    off = load_config(SEED, overrides=["train.checkpoint=false"]).train.checkpoint
+    assert off.enabled is False and off.every_epochs == 1
+
+
+def test_only_settings_that_do_not_change_the_training_may_change_on_resume():
+    saved = load_config(SEED)
+    assert changed_settings(saved, load_config(SEED, overrides=["train.progress=none", "output.tensorboard=true",
+                                                                 "train.checkpoint.every_steps=5"])) == []
+    changed = changed_settings(saved, load_config(SEED, overrides=["train.batch_size_per_replica=128",
+                                                                   "tensorflow.seed=1"]))
+    assert [(k, a, b) for k, a, b in changed] == [("tensorflow.seed", 42, 1), ("train.batch_size_per_replica", 4096, 128)]
+
+
+def _run_dir_with(tmp_path: Path, rows: int) -> Path:
+    run_dir = tmp_path / "run"
+    (run_dir / "checkpoint").mkdir(parents=True)
+    (run_dir / "config.yaml").write_text(load_config(SEED).to_yaml())
+    lines = ["epoch,accuracy,loss"] + [f"{e},0.{5 + e},{1.0 / (e + 1)}" for e in range(rows)]
+    (run_dir / "metrics.csv").write_text("\n".join(lines) + "\n")
+    return run_dir
+
+
+def test_resume_cuts_metrics_to_the_epochs_the_checkpoint_holds(tmp_path):
+    run_dir = _run_dir_with(tmp_path, 5)
+    kept = keep_metrics(run_dir, 3)
+    assert [r["epoch"] for r in kept] == [0, 1, 2] and kept[1]["accuracy"] == pytest.approx(0.6)
+    assert epochs_in(run_dir) == [0, 1, 2]
+    assert (run_dir / "metrics.csv").read_text().startswith("epoch,accuracy,loss\n")
+
+
+def test_a_restart_records_where_it_resumed_and_the_work_redone(tmp_path):
+    run_dir = _run_dir_with(tmp_path, 2)
+    (run_dir / "checkpoint" / "state.json").write_text(json.dumps(
+        {"epoch": 2, "step": 10, "global_step": 100, "saved_at": 1000.0, "reason": "steps"}))
+    (run_dir / "checkpoint" / "progress.json").write_text(json.dumps(
+        {"epoch": 2, "step": 25, "global_step": 115, "at": 1003.5}))
+    record = restart_record(run_dir, {"status": "running", "restarts": [{"number": 1}]}, "worker 1 was killed")
+    assert record["number"] == 2 and record["from"]["global_step"] == 100 and record["why"] == "worker 1 was killed"
+    assert record["redo_steps"] == 15 and record["redo_seconds"] == pytest.approx(3.5)
+
+
+def test_a_changed_setting_on_resume_is_refused_naming_it(tmp_path):
+    run_dir = _run_dir_with(tmp_path, 2)
+    result = resume(run_dir, "--set", "train.batch_size_per_replica=128")
+    assert result.returncode == 3, result.stderr
+    text = result.stderr.split("tfgpu: configuration error: ", 1)[1]
+    assert "train.batch_size_per_replica: 4096 in the run, 128 now" in text and "Traceback" not in result.stderr
+    one_paragraph(text.split("\nFix:")[0])
+    # a recipe that differs from the saved config is refused the same way
+    result = run_cli("run", str(ROOT / "recipes" / "mnist_custom.yaml"), "--resume", str(run_dir))
+    assert result.returncode == 3 and "train.loop: 'fit' in the run, 'custom' now" in result.stderr
+
+
+def test_a_completed_run_cannot_be_resumed(tmp_path):
+    run_dir = _run_dir_with(tmp_path, 2)
+    (run_dir / "summary.json").write_text(json.dumps({"status": "completed", "epochs_completed": 10}))
+    result = resume(run_dir)
+    assert result.returncode == 8 and "already completed (10 epochs)" in result.stderr
+
+
+def test_run_without_a_recipe_or_a_run_to_resume_says_so():
+    result = run_cli("run")
+    assert result.returncode == 3 and "neither RECIPE nor --resume RUN_DIR" in result.stderr
+
+
+# --- slow: real runs killed and resumed ----------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("loop", ["fit", "custom"])
+def test_kill_9_during_epoch_5_then_resume_gives_every_epoch_once(tmp_path, loop):
+    """The seed recipe (6 steps per epoch, one call each): killed 0.5 s into epoch 5, resumed from epoch 5."""
+    process = start(SEED, "--set", f"train.loop={loop}", "--output-dir", str(tmp_path))
+    run_dir = wait_for(checkpoint_at(tmp_path, 24), process)  # epochs 1-4 saved
+    time.sleep(0.5)
+    process.send_signal(signal.SIGKILL)
+    process.communicate()
+    assert epochs_in(run_dir) == [0, 1, 2, 3] and summary_of(run_dir)["status"] == "running"
+    result = resume(run_dir)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "resumed from the checkpoint at epoch 5 step 0 (global step 24)" in result.stdout
+    assert epochs_in(run_dir) == list(range(10))
+    s = summary_of(run_dir)
+    assert s["status"] == "completed" and [r["epoch"] for r in s["epochs"]] == list(range(10))
+    assert s["final_metrics"]["val_accuracy"] >= 0.88
+    (restart,) = s["restarts"]
+    assert restart["from"]["epoch"] == 4 and restart["previous_status"] == "running"
+    assert s["checkpoint"]["restored_from"] == {"epoch": 4, "step": 0}
+    assert (run_dir / "model.keras").exists() and not (run_dir / "checkpoint").exists()
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """MID_EPOCH runs without a fault, per loop: the reference a resumed run must match."""
+    out = {}
+    for loop in ("fit", "custom"):
+        parent = tmp_path_factory.mktemp(f"whole-{loop}")
+        result = run_cli("run", SEED, *MID_EPOCH, "--set", f"train.loop={loop}", "--output-dir", str(parent))
+        assert result.returncode == 0, result.stderr[-3000:]
+        out[loop] = summary_of(only_run_dir(parent))
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("loop", ["fit", "custom"])
+def test_a_mid_epoch_kill_redoes_only_the_steps_since_the_last_save(tmp_path, loop, uninterrupted):
+    process = start(SEED, *MID_EPOCH, "--set", f"train.loop={loop}", "--output-dir", str(tmp_path))
+    run_dir = wait_for(checkpoint_at(tmp_path, 60), process)  # epoch 2, step 15 or later
+    process.send_signal(signal.SIGKILL)
+    process.communicate()
+    state = read_state(run_dir)
+    assert state["step"] > 0 and state["reason"] == "steps"
+    result = resume(run_dir)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"at epoch {state['epoch'] + 1} step {state['step']} " in result.stdout
+    s = summary_of(run_dir)
+    assert epochs_in(run_dir) == [0, 1, 2] and s["status"] == "completed"
+    (restart,) = s["restarts"]
+    assert restart["from"]["global_step"] == state["global_step"] and 0 <= restart["redo_steps"] <= 10
+    # The resumed run reads the batches the uninterrupted one reads from there (tensorflow.seed: 42).
+    whole = uninterrupted[loop]["final_metrics"]["val_accuracy"]
+    assert abs(s["final_metrics"]["val_accuracy"] - whole) <= 0.01, (s["final_metrics"], whole)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("loop", ["fit", "custom"])
+def test_kills_during_checkpoint_saves_are_survived(tmp_path, loop):
+    """A model whose save takes most of the time (a 4M-weight layer, a save every step): kill -9 until one kill
+    lands inside a save (its files differ from the committed ones), resume each time, and finish."""
+    big = ["--set", "model.layers=[{Flatten: {}}, {Dense: {units: 5000, activation: relu}}, "
+                    "{Dense: {units: 10, activation: softmax}}]",
+           "--set", "train.batch_size_per_replica=2048", "--set", "train.steps_per_execution=1",
+           "--set", "train.checkpoint.every_steps=1", "--set", "train.epochs=3", "--set", "output.save_model=false"]
+    args = [SEED, *big, "--set", f"train.loop={loop}", "--output-dir", str(tmp_path)]
+    process = start(*args)
+    run_dir = wait_for(checkpoint_at(tmp_path, 1), process, pause=0.01)
+    caught_in_save = 0
+    for attempt in range(8):
+        if attempt:
+            process = start("--resume", str(run_dir))
+        before = read_state(run_dir)["global_step"]
+        wait_for(checkpoint_at(tmp_path, before + 1), process, pause=0.005)
+        _wait_for_a_save_in_progress(run_dir, loop, process)  # then kill at once: inside it, unless it just ended
+        process.send_signal(signal.SIGKILL)
+        process.communicate()
+        if _save_was_cut_short(run_dir, loop):
+            caught_in_save += 1
+            if caught_in_save >= 2:
+                break
+    assert caught_in_save >= 1, "no kill landed inside a save"
+    result = resume(run_dir)
+    assert result.returncode == 0, result.stderr[-3000:]
+    s = summary_of(run_dir)
+    assert s["status"] == "completed" and epochs_in(run_dir) == [0, 1, 2]
+    assert len(s["restarts"]) >= 2 and s["final_metrics"]["val_accuracy"] > 0.8
+
+
+def _wait_for_a_save_in_progress(run_dir: Path, loop: str, process: subprocess.Popen, timeout: float = 60) -> None:
+    """Poll (every 2 ms) until the next save has begun and is not committed yet: a checkpoint file of a later
+    step than the committed one (each save has a new name), or a temporary file of TensorFlow's."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and process.poll() is None:
+        try:
+            if _save_was_cut_short(run_dir, loop):
+                return
+        except (FileNotFoundError, ValueError, TypeError, KeyError):
+            pass  # a file being replaced this very moment
+        time.sleep(0.002)
+
+
+def _save_was_cut_short(run_dir: Path, loop: str) -> bool:
+    """The checkpoint directory holds files of a save that never committed."""
+    folder, state = run_dir / "checkpoint", read_state(run_dir)
+    newer = [p for p in folder.glob("ckpt-*") if int(p.name.split("-")[1].split(".")[0].split("_")[0]) >
+             state["global_step"]]
+    return bool(newer or list(folder.glob("*_temp*")))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("loop", ["fit", "custom"])
+def test_sigterm_saves_at_the_next_call_and_exits_75_then_resume_finishes(tmp_path, loop):
+    process = start(SEED, *MID_EPOCH, "--set", f"train.loop={loop}", "--output-dir", str(tmp_path))
+    run_dir = wait_for(checkpoint_at(tmp_path, 20), process)
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 75, err[-3000:]
+    assert "tfgpu: preempted: SIGTERM arrived: stopped at epoch" in err and f"tfgpu run --resume {run_dir}'" in err
+    assert "Traceback" not in err
+    state = read_state(run_dir)  # saved at the stop, unless a step save had just saved that very step
+    assert f"(global step {state['global_step']}) with a checkpoint" in err and state["global_step"] % 5 == 0
+    assert state["reason"] in ("preempted", "steps")
+    s = summary_of(run_dir)
+    assert s["status"] == "preempted" and s["checkpoint"]["saves"] >= 1
+    result = resume(run_dir)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert epochs_in(run_dir) == [0, 1, 2] and summary_of(run_dir)["restarts"][0]["redo_steps"] == 0
+
+
+def fake_scontrol(tmp_path: Path) -> tuple[Path, Path]:
+    """The one Slurm seam: an ``scontrol`` first on ``PATH`` that records its arguments; returns (bin dir, calls file)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "scontrol-calls"
+    fake = bin_dir / "scontrol"
+    fake.write_text(f"#!/bin/sh\necho \"$@\" >> {calls}\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    return bin_dir, calls
+
+
+@pytest.mark.slow
+def test_the_slurm_requeue_signal_saves_and_requeues_through_scontrol(tmp_path):
+    bin_dir, calls = fake_scontrol(tmp_path)
+    out_dir = tmp_path / "runs"
+    process = start(SEED, *MID_EPOCH, "--output-dir", str(out_dir), SLURM_JOB_ID="4242",
+                    PATH=f"{bin_dir}:{os.environ['PATH']}")
+    run_dir = wait_for(checkpoint_at(out_dir, 10), process)
+    process.send_signal(signal.SIGUSR1)
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 75, err[-3000:]
+    assert calls.read_text() == "requeue 4242\n"
+    assert "SIGUSR1 arrived" in err and "Slurm job 4242 was requeued" in err
+    state = read_state(run_dir)
+    assert f"(global step {state['global_step']}) with a checkpoint" in err and summary_of(run_dir)["status"] == "preempted"
+
+
+@pytest.mark.slow
+def test_a_killed_worker_is_restarted_from_the_checkpoint_and_the_run_completes(tmp_path):
+    """`tfgpu run recipes/mnist.yaml --workers 2`, worker 1 SIGKILLed after epoch 3's checkpoint."""
+    process = start(SEED, "--workers", "2", "--output-dir", str(tmp_path))
+    run_dir = wait_for(checkpoint_at(tmp_path, 18), process)
+    time.sleep(0.5)
+    pid = json.loads((run_dir / "workers" / "workers.json").read_text())["workers"][1]["pid"]
+    os.kill(pid, signal.SIGKILL)
+    out, err = process.communicate(timeout=400)
+    assert process.returncode == 0, err[-3000:]
+    assert "worker 1 of 2" in out + err and "restarting the 2 workers from the last checkpoint" in out + err
+    s = summary_of(run_dir)
+    assert s["status"] == "completed" and s["final_metrics"]["val_accuracy"] >= 0.88
+    assert epochs_in(run_dir) == list(range(10))
+    (restart,) = s["restarts"]
+    assert "was killed by SIGKILL" in restart["why"] and restart["from"]["epoch"] >= 3
+    workers = json.loads((run_dir / "workers" / "workers.json").read_text())
+    assert workers["restarts"] == 1 and workers["attempts"][0]["workers"][1]["exit_code"] == -signal.SIGKILL
+    assert all(w["exit_code"] == 0 for w in workers["workers"])
+    assert not [p for p in tmp_path.iterdir() if ".worker-" in p.name]
+
+
+@pytest.mark.slow
+def test_sigterm_to_two_workers_saves_at_one_step_then_both_resume(tmp_path):
+    """SIGTERM to `tfgpu run --workers 2`: both workers agree on the step, save and exit 75; --resume finishes."""
+    process = start(SEED, *MID_EPOCH, "--workers", "2", "--output-dir", str(tmp_path))
+    run_dir = wait_for(checkpoint_at(tmp_path, 10), process)
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 75, err[-3000:]
+    workers = json.loads((run_dir / "workers" / "workers.json").read_text())
+    assert [w["exit_code"] for w in workers["workers"]] == [75, 75]
+    state = read_state(run_dir)
+    assert f"(global step {state['global_step']}) with a checkpoint" in out + err, (state, out[-2000:], err[-2000:])
+    result = resume(run_dir, "--workers", "2")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert epochs_in(run_dir) == [0, 1, 2] and summary_of(run_dir)["status"] == "completed"

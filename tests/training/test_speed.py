@@ -1,0 +1,147 @@
+"""The speed work that a user can see without a stopwatch: how many steps go into one
+call, that epochs stay exact, that nothing is retraced, and what the run summary records.
+
+Timings themselves are measured by `benchmarks/run.py`, not here.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tfgpu.training.trainer import AUTO_STEPS_PER_EXECUTION, resolve_steps_per_execution
+
+from ..conftest import ROOT, child_env
+
+
+@pytest.mark.parametrize("setting, steps, expected", [
+    ("auto", 6, 6),        # the seed recipe on one replica: the whole epoch in one call
+    ("auto", 3, 3),
+    ("auto", 178, 2),      # 128 per replica on one replica: 2 x 89, the largest divisor up to 32
+    ("auto", 89, 1),       # a prime step count: one step per call, never the whole epoch
+    ("auto", 96, 32),
+    ("auto", 100, 25),
+    (1, 178, 1),
+    (5, 178, 2),           # a most: rounded down to a divisor, never up
+    (500, 178, 178),       # never more than one epoch
+])
+def test_fit_steps_per_execution_always_divides_the_epoch(setting, steps, expected):
+    per_call, _ = resolve_steps_per_execution(setting, steps, "fit")
+    assert per_call == expected and steps % per_call == 0
+    assert per_call <= min(AUTO_STEPS_PER_EXECUTION if setting == "auto" else setting, steps)
+
+
+@pytest.fixture(scope="module")
+def runs(two_replica_runs):
+    """The shared 2-replica runs (128 per replica, 89 steps per epoch): ``{loop: (result, summary, csv rows)}``."""
+    return {loop: (result, json.loads((run_dir / "summary.json").read_text()),
+                   list(csv.DictReader((run_dir / "metrics.csv").open())))
+            for loop, (result, run_dir) in two_replica_runs.items()}
+
+
+@pytest.mark.parametrize("loop", ["fit", "custom"])
+def test_summary_records_the_speed_choices(runs, loop):
+    result, summary, _ = runs[loop]
+    # 89 steps, a prime: fit runs one step per call (its calls must divide the epoch), the custom
+    # loop 32 (two calls of 32 and one of 25); neither the whole epoch.
+    per_call = {"fit": 1, "custom": 32}[loop]
+    assert summary["steps_per_epoch"] == 89 and summary["steps_per_execution"] == per_call
+    reason = summary["steps_per_execution_reason"]
+    assert reason.startswith("auto: ") and ("largest divisor" if loop == "fit" else "at most 32 steps") in reason
+    assert summary["jit_compile"] is False and "off on CPUs" in summary["jit_compile_reason"]
+    assert summary["mixed_precision"] == "float32"
+    assert f"tfgpu: steps per call: {per_call} ({reason})\ntfgpu: XLA: off" in result.stdout
+    assert 0 < summary["first_step_seconds"] < summary["wall_seconds"]
+    assert summary["started_at"] > 1.7e9  # a Unix time
+    for train, epoch in zip(summary["train_seconds"], summary["epoch_seconds"]):
+        assert 0 < train < epoch  # the validation pass is excluded from training time
+    steady = summary["epochs"][1]
+    assert summary["samples_per_second"] == pytest.approx(22699 / steady["train_seconds"])
+
+
+@pytest.mark.parametrize("loop", ["fit", "custom"])
+def test_metrics_csv_has_the_timing_columns(runs, loop):
+    rows = runs[loop][2]
+    assert [int(r["epoch"]) for r in rows] == [0, 1]
+    for r in rows:
+        assert float(r["train_seconds"]) < float(r["epoch_seconds"])
+        assert float(r["samples_per_second"]) == pytest.approx(22699 / float(r["train_seconds"]), rel=1e-6)
+
+
+def test_custom_loop_traces_each_step_function_once(runs):
+    # 89 steps per epoch in calls of 32, 32 and 25, a partial last batch (22699 = 88 x 256 + 171)
+    # and two epochs: still one trace each, because the step count is a tensor and the batch
+    # dimension is unknown from the start.
+    assert runs["custom"][1]["traces"] == {"train": 1, "validation": 1}
+
+
+@pytest.mark.slow
+def test_benchmark_harness_writes_the_table_json_and_ratios_and_survives_a_crashed_baseline(tmp_path, monkeypatch):
+    spec = importlib.util.spec_from_file_location("bench_run", ROOT / "benchmarks" / "run.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    real = bench.command
+
+    def keras_fit_crashes_once(variant, *args):
+        # The plain-Keras baseline dies of a real SIGSEGV the first time it starts, as it did once in CI.
+        cmd = real(variant, *args)
+        if variant != "keras_fit":
+            return cmd
+        return [sys.executable, str(ROOT / "tests" / "scripts" / "crash_once.py"), str(tmp_path / "crashed"), *cmd]
+
+    monkeypatch.setattr(bench, "command", keras_fit_crashes_once)
+    # TFGPU_DATA_DIR relative to the caller's directory, as the README writes it (../shared/data).
+    monkeypatch.setenv("TFGPU_DATA_DIR", os.path.relpath(child_env()["TFGPU_DATA_DIR"], ROOT))
+    monkeypatch.chdir(ROOT)
+    out = tmp_path / "bench"
+    code = bench.main(["--repeats", "1", "--epochs", "2", "--batches", "4096", "--replicas", "1",
+                       "--startup-repeats", "1", "--out", str(out)])
+    assert code == 0
+    report = json.loads((out / "results.json").read_text())
+    group = report["groups"]["4096x1"]
+    assert set(group["variants"]) == {"keras_fit", "tfgpu_fit", "plain_tape", "tfgpu_custom", "floor"}
+    for name, stats in group["variants"].items():
+        assert stats["failed"] == 0 and stats["wall_seconds"]["median"] > 0
+        assert stats["crashed"] == (1 if name == "keras_fit" else 0)
+        assert stats["samples_per_second"]["median"] > 0
+        assert 0 < stats["first_step_seconds"]["median"] < stats["wall_seconds"]["median"]
+        if name != "floor":
+            assert stats["val_accuracy"]["median"] > 0.3
+    crash = next(r for r in report["runs"] if r["variant"] == "keras_fit")["crashed"]
+    assert [(c["exit"], c["signal"]) for c in crash] == [(-11, "SIGSEGV")]
+    assert group["ratios"]["tfgpu_fit / keras_fit wall"] > 0
+    assert len(group["parameters"]) == 1 and group["parameters"][0] > 0  # the same model everywhere
+    assert len(group["targets"]) == 6
+    assert set(report["startup"]) == {"tfgpu --help", "tfgpu plan recipes/mnist.yaml", 'python -c "import tfgpu"',
+                                      'python -c "import tensorflow"'}
+    text = (out / "results.md").read_text()
+    assert "| tfgpu_fit |" in text and "| target | measured | met |" in text and report["machine"]["cores"]
+    assert "### Start-up" in text and "Crashed and run again" in text and "keras_fit 1x" in text
+
+
+@pytest.mark.slow
+def test_sources_benchmark_writes_its_table_with_every_variant(tmp_path):
+    out = tmp_path / "bench"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "sources.py"), "--repeats", "1", "--epochs", "2",
+                           "--replicas", "1", "--batch", "512", "--work", str(tmp_path / "work"), "--out", str(out)],
+                          cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads((out / "sources.json").read_text())
+    group = report["groups"]["512x1"]
+    assert set(group["variants"]) == {"tfgpu_npz", "tfgpu_png", "tfgpu_tfrecord", "keras_png"}
+    for stats in group["variants"].values():
+        assert stats["failed"] == 0 and stats["samples_per_second"]["median"] > 0
+        assert stats["val_accuracy"]["median"] > 0.5
+    assert len(group["parameters"]) == 1  # the same model everywhere
+    tfgpu_rows = [r for r in report["runs"] if r["variant"].startswith("tfgpu")]
+    assert all(r["cache"].startswith("memory") and r["train_samples"] == 22699 for r in tfgpu_rows)
+    assert [t["target"] for t in group["targets"]] == ["tfgpu_png samples/s >= 0.85 x tfgpu_npz",
+                                                       "tfgpu_tfrecord samples/s >= 0.85 x tfgpu_npz",
+                                                       "tfgpu_png wall < keras_png wall"]
+    assert "| keras_png |" in (out / "sources.md").read_text()

@@ -1,0 +1,9 @@
+"""The run: ``tfgpu run`` from the checks before TensorFlow to the last file written.
+
+:mod:`.runner` (orchestration: reads as the run's pipeline), :mod:`.preflight` (the checks ``tfgpu plan``
+shares), :mod:`.trainer` (the model, optimizer, callbacks and loop, built once), :mod:`.loops` (``fit`` and the
+``GradientTape`` loop), :mod:`.callbacks` (``train.early_stopping``, ``train.callbacks``),
+:mod:`.checkpoint` (saves, the position to resume from, stopping cleanly on a signal), :mod:`.resume`
+(``--resume``), :mod:`.rundir` (a run directory's life, one owner from creation to its last status) and
+:mod:`.layout` (the run directory's files and how they are written).
+"""
