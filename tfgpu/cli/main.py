@@ -1,6 +1,9 @@
-"""The ``tfgpu`` group: every command of the package registered on it. ``tfgpu = tfgpu.cli:main``."""
+"""The ``tfgpu`` group, whose commands (one module each) are imported when used. ``tfgpu = tfgpu.cli:main``."""
 
 from __future__ import annotations
+
+import importlib
+from typing import Optional
 
 import click
 
@@ -8,7 +11,21 @@ from ..version import __version__
 from .common import CONTEXT
 
 
-@click.group(context_settings=CONTEXT)
+class LazyGroup(click.Group):
+    """A group whose commands are imported on first use: click's documented pattern
+    (https://click.palletsprojects.com/en/stable/complex/#lazily-loading-subcommands)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> Optional[click.Command]:
+        if cmd_name in COMMANDS and cmd_name not in self.commands:
+            module = importlib.import_module(f"{__package__}.{COMMANDS[cmd_name]}")
+            self.add_command(getattr(module, cmd_name))
+        return super().get_command(ctx, cmd_name)
+
+
+@click.group(cls=LazyGroup, context_settings=CONTEXT)
 @click.version_option(__version__, prog_name="tfgpu")
 def main() -> None:
     """TensorFlow/Keras on GPUs, correctly and fast, from one YAML file.
@@ -39,22 +56,10 @@ def main() -> None:
     """
 
 
-def _register() -> None:
-    """Add each command module's command to :func:`main` (no module imports anything heavy when it loads)."""
-    from .bench import bench  # noqa: PLC0415
-    from .devices import devices  # noqa: PLC0415
-    from .doctor import doctor  # noqa: PLC0415
-    from .evaluate import evaluate  # noqa: PLC0415
-    from .export import export  # noqa: PLC0415
-    from .launch import launch  # noqa: PLC0415
-    from .plan import plan  # noqa: PLC0415
-    from .predict import predict  # noqa: PLC0415
-    from .run import run  # noqa: PLC0415
-    from .runs import compare, runs  # noqa: PLC0415
-    from .sweep import sweep  # noqa: PLC0415
-
-    for command in (run, sweep, launch, evaluate, predict, plan, devices, doctor, runs, compare, export, bench):
-        main.add_command(command)
-
-
-_register()
+#: Each command's module and name: the module is imported when the command is run (or listed by ``--help``),
+#: so ``tfgpu plan`` loads one command module, not twelve.
+COMMANDS = {
+    "run": "run", "sweep": "sweep", "launch": "launch", "evaluate": "evaluate", "predict": "predict",
+    "plan": "plan", "devices": "devices", "doctor": "doctor", "runs": "runs", "compare": "runs",
+    "export": "export", "bench": "bench",
+}
