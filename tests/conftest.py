@@ -1,14 +1,93 @@
-"""Shared helpers: real subprocesses for anything that configures TensorFlow."""
+"""Shared helpers: real subprocesses for anything that configures TensorFlow, and runs trained once per session.
+
+The suite runs on pytest-xdist workers (pyproject.toml), a test file per worker; what several files read
+(a trained run, MNIST written as PNGs) is made once per session by :func:`shared`, whichever worker asks first.
+"""
 
 from __future__ import annotations
 
+import compileall
+import fcntl
 import os
+import pickle
+import shutil
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any, Callable, TypeVar
 
 import pytest
+
+T = TypeVar("T")
+
+#: The most pytest-xdist workers ``-n auto`` starts: each runs TensorFlow processes of a GB or two.
+MAX_WORKERS = 4
+#: Seconds each of the slowest test files took on 2 cores (``pytest -n 0 --durations=0``, summed per file), so
+#: the workers take them first and the light ones fill in at the end; files not listed come after, in order.
+HEAVY_FILES = {
+    "data/test_data_e2e.py": 320, "training/test_faults.py": 300, "launch/test_multiworker.py": 230,
+    "model/test_transfer.py": 210, "training/test_state.py": 150, "training/test_speed.py": 140,
+    "experiments/test_sweep.py": 130, "model/test_schedules.py": 130, "serving/test_export.py": 120,
+    "test_jax.py": 115, "containers/test_container.py": 115, "training/test_disk_full.py": 100,
+    "serving/test_predict.py": 95, "test_docs.py": 90, "training/test_callbacks.py": 85,
+    "tracking/test_mlflow.py": 85, "cli/test_bad_input.py": 80, "training/test_e2e.py": 75,
+}
+
+
+def pytest_configure(config: Any) -> None:
+    """Compile tfgpu's bytecode once, before the workers start (in the controller only).
+
+    An editable install writes no ``__pycache__`` of its own, and where ``PYTHONDONTWRITEBYTECODE`` is set (as on
+    this machine and CI's) no process writes one either: each of the suite's few hundred ``tfgpu`` processes would
+    compile tfgpu's modules from source again (0.15 s for ``tfgpu plan``, more for a run). ``compileall`` writes
+    them explicitly; they stay valid until a source file changes (``.gitignore`` and ``.dockerignore`` keep them
+    out of git and the image).
+    """
+    if not hasattr(config, "workerinput"):
+        compileall.compile_dir(str(Path(__file__).resolve().parents[1] / "tfgpu"), quiet=1)
+
+
+def pytest_xdist_auto_num_workers(config: Any) -> int:
+    """``-n auto``: one worker per core this process may use, at most :data:`MAX_WORKERS`."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(MAX_WORKERS, cores))
+
+
+def pytest_collection_modifyitems(config: Any, items: list) -> None:
+    """The heaviest files first (:data:`HEAVY_FILES`), the rest in their order: xdist hands out whole files in
+    this order, so no worker is left with a long file at the end while the other waits."""
+    tests = Path(__file__).resolve().parent
+
+    def weight(item: Any) -> int:
+        try:
+            return -HEAVY_FILES.get(Path(str(item.fspath)).resolve().relative_to(tests).as_posix(), 0)
+        except ValueError:
+            return 0
+
+    items.sort(key=weight)  # stable: within a file, and among unlisted files, the collected order stays
+
+
+def shared(tmp_path_factory: Any, name: str, make: Callable[[Path], T]) -> T:
+    """``make(folder)``'s value, made once per test session however many xdist workers ask.
+
+    The first caller makes it in ``<session temp>/shared-NAME/`` under a file lock; the others wait on the lock
+    and get the same value (pickled beside it). A test that changes what ``make`` wrote copies it first.
+    """
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # pytest-of-USER/pytest-N: the session's, shared by its workers
+    folder = base / f"shared-{name}"
+    with open(base / f"shared-{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        made = folder / ".value.pickle"
+        if made.exists():
+            return pickle.loads(made.read_bytes())
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir()
+        value = make(folder)
+        made.write_bytes(pickle.dumps(value))
+        return value
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = ROOT / "recipes"
@@ -71,16 +150,20 @@ TWO_REPLICAS = ["--set", "devices.cpu_logical_devices=2", "--set", "train.epochs
 def two_replica_runs(tmp_path_factory):
     """One real 2-replica run per loop (128 per replica, 2 epochs): ``{loop: (result, run_dir)}``.
 
-    Shared by test_e2e.py and test_speed.py, so the suite trains these runs once.
+    Shared by the files that only read such a run (test_e2e, test_speed, test_state, test_multiworker), so the
+    suite trains these runs once.
     """
-    out = {}
-    for loop in ("fit", "custom"):
-        parent = tmp_path_factory.mktemp(loop)
-        result = run_cli("run", "recipes/mnist.yaml", *TWO_REPLICAS, "--set", f"train.loop={loop}",
-                         "--output-dir", str(parent))
-        assert result.returncode == 0, f"{result.stdout}\n{result.stderr[-4000:]}"
-        out[loop] = (result, only_run_dir(parent))
-    return out
+    def make(folder: Path) -> dict:
+        out = {}
+        for loop in ("fit", "custom"):
+            parent = folder / loop
+            result = run_cli("run", "recipes/mnist.yaml", *TWO_REPLICAS, "--set", f"train.loop={loop}",
+                             "--output-dir", str(parent))
+            assert result.returncode == 0, f"{result.stdout}\n{result.stderr[-4000:]}"
+            out[loop] = (result, only_run_dir(parent))
+        return out
+
+    return shared(tmp_path_factory, "two_replica_runs", make)
 
 
 @pytest.fixture
@@ -107,30 +190,75 @@ def mnist_png(tmp_path_factory) -> Path:
     """The real offline MNIST as a PNG class folder: ``<dir>/{train,test}/<digit>/<n>.png`` (Pillow, no TensorFlow)."""
     from recipes.make_examples import write_png_folder  # noqa: PLC0415
 
-    return write_png_folder(tmp_path_factory.mktemp("mnist_png"))
+    return shared(tmp_path_factory, "mnist_png", write_png_folder)
+
+
+def _python_writes(function: str) -> Callable[[Path], Path]:
+    """A :func:`shared` maker: ``recipes.make_examples.FUNCTION(folder)`` run in a fresh interpreter (it imports
+    TensorFlow)."""
+    def make(out: Path) -> Path:
+        result = run_python(f"""
+            from pathlib import Path
+            from recipes.make_examples import {function}
+            {function}(Path({str(out)!r}){", shards=8" if function == "write_tfrecords" else ""})
+        """, TF_CPP_MIN_LOG_LEVEL="3")
+        assert result.returncode == 0, result.stderr[-3000:]
+        return out
+    return make
 
 
 @pytest.fixture(scope="session")
 def mnist_tfrecord(tmp_path_factory) -> Path:
     """The real offline MNIST as 8 TFRecord shards per split (PNG-encoded ``image``, int64 ``label``)."""
-    out = tmp_path_factory.mktemp("mnist_tfrecord")
-    result = run_python(f"""
-        from pathlib import Path
-        from recipes.make_examples import write_tfrecords
-        write_tfrecords(Path({str(out)!r}), shards=8)
-    """, TF_CPP_MIN_LOG_LEVEL="3")
-    assert result.returncode == 0, result.stderr[-3000:]
-    return out
+    return shared(tmp_path_factory, "mnist_tfrecord", _python_writes("write_tfrecords"))
 
 
 @pytest.fixture(scope="session")
 def mnist_tfds(tmp_path_factory) -> Path:
     """The real offline MNIST as a prepared TFDS dataset ``tfgpu_mnist`` in the returned data_dir."""
-    out = tmp_path_factory.mktemp("tensorflow_datasets")
-    result = run_python(f"""
-        from pathlib import Path
-        from recipes.make_examples import write_tfds
-        write_tfds(Path({str(out)!r}))
-    """, TF_CPP_MIN_LOG_LEVEL="3")
-    assert result.returncode == 0, result.stderr[-3000:]
-    return out
+    return shared(tmp_path_factory, "mnist_tfds", _python_writes("write_tfds"))
+
+
+#: MNIST images per split in :func:`small_png` (the serving tests' PNG folder).
+SMALL_PNG = 1000
+
+
+@pytest.fixture(scope="session")
+def small_png(tmp_path_factory) -> Path:
+    """1,000 + 1,000 real MNIST digits as PNGs: ``<dir>/{train,test}/<digit>/<n>.png`` (Pillow, no TensorFlow)."""
+    from recipes.make_examples import write_png_folder  # noqa: PLC0415
+
+    return shared(tmp_path_factory, "small_png", lambda out: write_png_folder(out, SMALL_PNG))
+
+
+def _trained(*args: str) -> Callable[[Path], Path]:
+    """A :func:`shared` maker: ``tfgpu run ARGS`` into the folder; the run directory."""
+    def make(folder: Path) -> Path:
+        result = run_cli("run", *args, "--output-dir", str(folder))
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        return only_run_dir(folder)
+    return make
+
+
+@pytest.fixture(scope="session")
+def image_run(tmp_path_factory, small_png) -> Path:
+    """The image-folder recipe, 1 epoch on :func:`small_png`'s training digits, its test digits the validation
+    folder. Shared by the files that read a finished run (predict, export): one that writes into it copies it
+    first (:func:`copy_run`)."""
+    return shared(tmp_path_factory, "image_run", _trained(
+        "recipes/mnist_images.yaml", "--set", f"data.path={small_png / 'train'}",
+        "--set", f"data.validation_path={small_png / 'test'}", "--set", "data.validation_split=null",
+        "--set", "data.test_path=null", "--set", "train.epochs=1", "--set", "train.batch_size_per_replica=64"))
+
+
+@pytest.fixture(scope="session")
+def breast_run(tmp_path_factory) -> Path:
+    """The breast-cancer recipe, 5 epochs (a real CSV run), shared like :func:`image_run`."""
+    return shared(tmp_path_factory, "breast_run", _trained("recipes/breast_cancer.yaml", "--set", "train.epochs=5"))
+
+
+def copy_run(run_dir: Path, parent: Path) -> Path:
+    """A copy of a shared run directory under ``parent`` (same name), for a test that writes into it."""
+    target = parent / run_dir.name
+    shutil.copytree(run_dir, target)
+    return target
