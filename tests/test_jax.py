@@ -157,7 +157,8 @@ def test_an_uneven_last_batch_is_padded_not_dropped_and_metrics_stay_exact():
     code = """
         import sys; sys.modules['tensorflow'] = None
         import numpy as np, tfgpu
-        info = tfgpu.setup(backend="jax", devices={"cpu_logical_devices": 2}, tensorflow={"seed": 3},
+        info = tfgpu.setup(backend="jax", devices={"cpu_logical_devices": 2, "visible_gpus": "none"},  # CPU devices
+                           tensorflow={"seed": 3},
                            train={"batch_size_per_replica": 32})
         import keras
         from tfgpu.data.base import Data, DataSpec, Split
@@ -187,6 +188,7 @@ def test_an_uneven_last_batch_is_padded_not_dropped_and_metrics_stay_exact():
     assert padded == pytest.approx(exact, abs=1e-6)
 
 
+@pytest.mark.slow
 def test_data_that_needs_tensorflow_says_so_when_it_is_absent(tmp_path):
     from PIL import Image  # noqa: PLC0415
 
@@ -204,11 +206,12 @@ def test_data_that_needs_tensorflow_says_so_when_it_is_absent(tmp_path):
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 
+@pytest.mark.slow
 def test_setup_returns_the_same_fields_on_jax_without_tensorflow():
     code = """
         import sys; sys.modules['tensorflow'] = None
         import tfgpu
-        info = tfgpu.setup("recipes/mnist_jax.yaml", devices={"cpu_logical_devices": 2})
+        info = tfgpu.setup("recipes/mnist_jax.yaml", devices={"cpu_logical_devices": 2, "visible_gpus": "none"})
         print(info.backend, info.logical_devices, info.physical_devices, type(info.strategy).__name__,
               info.num_replicas, info.global_batch_size, info.cluster, info.is_chief)
         with info.scope():
@@ -225,6 +228,7 @@ def test_setup_returns_the_same_fields_on_jax_without_tensorflow():
     assert lines[2] == "False"
 
 
+@pytest.mark.slow
 def test_keras_imported_with_tensorflow_first_is_refused_with_the_reason():
     code = """
         import os; os.environ["KERAS_BACKEND"] = "tensorflow"

@@ -839,6 +839,7 @@ def data_results(tmp_path_factory):
     return run_cases(DATA_SCRIPT, cases, env)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("data, fragments", TF_DATA_CASES)
 def test_bad_data_read_by_tensorflow(data_results, request, data, fragments):
     check_case(data_results[request.node.callspec.id], "DataError", 5, fragments)
@@ -947,6 +948,7 @@ def model_results(tmp_path_factory):
                      child_env(PYTHONPATH=f"{modules}{os.pathsep}{ROOT}", TF_CPP_MIN_LOG_LEVEL="3"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("text, fragments", MODEL_CASES)
 def test_bad_models(model_results, request, text, fragments):
     check_case(model_results[request.node.callspec.id], "ConfigError", 3, fragments)
@@ -1004,6 +1006,7 @@ def test_cli_builder_error_exits_5_and_writes_nothing(tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.slow
 def test_cli_builder_module_in_the_current_directory_is_found(tmp_path):
     # tfgpu's console script does not put the current directory on sys.path; tfgpu does, for builders.
     (tmp_path / "my_data.py").write_text(BAD_DATA_BUILDERS)
@@ -1014,6 +1017,7 @@ def test_cli_builder_module_in_the_current_directory_is_found(tmp_path):
     cli_error(result, 5, ["my_data:text() returned str"])  # imported, called, its result refused
 
 
+@pytest.mark.slow
 def test_cli_profile_steps_beyond_the_run_exits_3_and_writes_nothing(tmp_path):
     result = run_cli("run", RECIPE, "--set", "output.tensorboard=true", "--set", "train.profile_steps=[100, 120]",
                      "--set", "train.epochs=1", "--output-dir", str(tmp_path / "runs"))
@@ -1039,6 +1043,7 @@ def test_cli_output_dir_that_is_a_file_exits_8_and_writes_nothing(tmp_path):
     assert blocker.read_text() == "my notes\n"
 
 
+@pytest.mark.slow
 def test_cli_loss_that_does_not_fit_the_labels_exits_3_and_writes_nothing(tmp_path):
     result = run_cli("run", RECIPE, "--set", "model.loss=categorical_crossentropy", "--set", "train.epochs=1",
                      "--output-dir", str(tmp_path / "runs"))
@@ -1047,6 +1052,7 @@ def test_cli_loss_that_does_not_fit_the_labels_exits_3_and_writes_nothing(tmp_pa
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.slow
 def test_cli_nan_loss_in_the_custom_loop_exits_7_and_keeps_the_run(tmp_path):
     result = run_cli("run", RECIPE, "--set", "train.loop=custom", "--set", "train.epochs=2",
                      "--set", "train.batch_size_per_replica=512",
@@ -1059,6 +1065,7 @@ def test_cli_nan_loss_in_the_custom_loop_exits_7_and_keeps_the_run(tmp_path):
     assert not (run_dir / "model.keras").exists()
 
 
+@pytest.mark.slow
 def test_setup_after_tensorflow_initialised_by_a_keras_model():
     result = run_python("""
         import numpy as np, keras
@@ -1081,6 +1088,7 @@ def test_setup_after_tensorflow_initialised_by_a_keras_model():
     assert "call tfgpu.setup() before any other TensorFlow code" in result.stdout
 
 
+@pytest.mark.slow
 def test_ctrl_c_keeps_the_run_directory_and_exits_130(tmp_path):
     out, err = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
     runs = tmp_path / "runs"

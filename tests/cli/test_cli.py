@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from ..conftest import run_cli
 
 RECIPE = "recipes/mnist.yaml"
@@ -64,12 +66,14 @@ def test_unknown_layer_is_a_config_error_with_a_suggestion(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_model_that_does_not_fit_the_classes(tmp_path):
     result = run_cli("run", RECIPE, "--set", "model.layers=[Flatten, {Dense: {units: 5}}]", "--output-dir", str(tmp_path))
     assert result.returncode == 3
     assert "outputs 5 values per sample" in result.stderr and "10 classes" in result.stderr
 
 
+@pytest.mark.slow
 def test_builder_that_returns_no_model(tmp_path):
     result = run_cli("run", RECIPE, "--set", "model.builder=tests.builders:not_a_model", "--set", "model.layers=null",
                      "--output-dir", str(tmp_path))

@@ -100,6 +100,7 @@ SLURM_CASES = [
 ]
 
 
+@pytest.mark.slow
 def test_slurm_resolution_agrees_with_tensorflows_slurm_cluster_resolver():
     """The same faked srun environments through TensorFlow's own resolver (auto_set_gpu off) and through tfgpu."""
     code = f"""
@@ -260,6 +261,7 @@ def test_export_needs_an_image():
     assert result.returncode == 2 and "--image" in result.stderr
 
 
+@pytest.mark.slow
 def test_keras_fixes_find_both_faulty_calls_in_the_installed_keras():
     """If a Keras upgrade fixes either call upstream, this says so (and the fix is then not applied)."""
     result = run_python("""

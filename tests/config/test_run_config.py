@@ -126,6 +126,7 @@ def test_resume_compares_with_the_values_the_checkpoint_was_trained_with(tmp_pat
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_a_real_run_replays_with_the_same_plan(tmp_path):
     """`tfgpu run`, then `tfgpu plan RUN_DIR/config.yaml`: the same environment and warnings as the run's plan.json
     (here: the user's TF_CPP_MIN_LOG_LEVEL is kept, and no warning about memory keys the recipe never set)."""

@@ -49,6 +49,7 @@ def test_jax_backend_refuses_pipeline_augmentation_and_says_to_use_the_model(tmp
     assert "data.augment_on: model" in result.stderr and "PyDataset" in result.stderr
 
 
+@pytest.mark.slow
 def test_a_size_changing_layer_in_the_pipeline_fails_before_anything_is_written(tmp_path):
     path = recipe(tmp_path, augment=[{"RandomCrop": {"height": 24, "width": 24}}])
     out = tmp_path / "runs"
@@ -92,6 +93,7 @@ PIPELINE = """
 """
 
 
+@pytest.mark.slow
 def test_augmentation_changes_training_batches_only_and_is_seeded():
     result = run_python(PIPELINE.replace("AUGMENT", repr(AUGMENT)), TF_CPP_MIN_LOG_LEVEL="3")
     assert result.returncode == 0, result.stderr[-3000:]

@@ -60,6 +60,7 @@ def test_jax_backend_refuses_class_weight(tmp_path):
     assert result.returncode == 3 and "train.class_weight" in result.stderr and "backend: tensorflow" in result.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("setting,expected", [({5: 2.0}, "5 is not a class of the data; the classes are 0 to 1"),
                                               ("balanced", "regression task")])
 def test_unknown_class_or_regression_fails_before_anything_is_written(tmp_path, setting, expected):

@@ -179,49 +179,77 @@ def test_keras_builtin_in_cifar_layout(tmp_path):
     assert s["final_metrics"]["test_accuracy"] >= 0.85, s["final_metrics"]  # measured 0.88
 
 
+#: Every TensorBoard log folder named in argv: ``TAGS {"train": {tag: [steps]}, "validation": ...}`` a line each.
 TENSORBOARD_READ = """
 import glob, json, os, sys
 import tensorflow as tf
 from tensorflow.core.util import event_pb2
-out = {}
-for part in ("train", "validation"):
-    tags = {}
-    for f in glob.glob(os.path.join(sys.argv[1], part, "events.out.tfevents.*")):
-        for raw in tf.data.TFRecordDataset(f):
-            event = event_pb2.Event.FromString(raw.numpy())
-            for v in event.summary.value:
-                tags.setdefault(v.tag, []).append(event.step)
-    out[part] = tags
-print("TAGS", json.dumps(out))
+for logs in sys.argv[1:]:
+    out = {}
+    for part in ("train", "validation"):
+        tags = {}
+        for f in glob.glob(os.path.join(logs, part, "events.out.tfevents.*")):
+            for raw in tf.data.TFRecordDataset(f):
+                event = event_pb2.Event.FromString(raw.numpy())
+                for v in event.summary.value:
+                    tags.setdefault(v.tag, []).append(event.step)
+        out[part] = tags
+    print("TAGS", json.dumps(out))
 """
+
+
+@pytest.fixture(scope="module")
+def tensorboard_runs(tmp_path_factory) -> dict:
+    """A run per loop with TensorBoard logs and a profile, and their logs read back by TensorFlow in one process:
+    ``{loop: (summary, run_dir, tags)}``."""
+    runs = {}
+    for loop in ("fit", "custom"):
+        runs[loop] = train(tmp_path_factory.mktemp(f"tensorboard-{loop}"), "recipes/mnist.yaml",
+                           "--set", f"train.loop={loop}", "--set", "train.epochs=2",
+                           "--set", "train.batch_size_per_replica=2048", "--set", "output.tensorboard=true",
+                           "--set", "train.profile_steps=[2, 3]", "--set", "train.steps_per_execution=2")
+    result = subprocess.run([sys.executable, "-c", TENSORBOARD_READ, *(str(runs[loop][0] / "tensorboard")
+                                                                        for loop in ("fit", "custom"))],
+                            capture_output=True, text=True, env=child_env(TF_CPP_MIN_LOG_LEVEL="3"), cwd=ROOT,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    tags = [json.loads(line.split("TAGS", 1)[1]) for line in result.stdout.splitlines() if line.startswith("TAGS")]
+    return {loop: (runs[loop][1], runs[loop][0], found) for loop, found in zip(("fit", "custom"), tags)}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("loop", ["fit", "custom"])
-def test_tensorboard_scalars_per_epoch_and_the_profile_with_both_loops(tmp_path, loop):
-    run_dir, s = train(tmp_path, "recipes/mnist.yaml", "--set", f"train.loop={loop}", "--set", "train.epochs=2",
-                       "--set", "train.batch_size_per_replica=2048", "--set", "output.tensorboard=true",
-                       "--set", "train.profile_steps=[2, 3]", "--set", "train.steps_per_execution=2")
+def test_tensorboard_scalars_per_epoch_and_the_profile_with_both_loops(tensorboard_runs, loop):
+    s, run_dir, tags = tensorboard_runs[loop]
     logs = run_dir / "tensorboard"
     assert s["tensorboard"] == str(logs)
     assert s["profile"] == {"steps_asked": [2, 3], "calls": [1, 2], "steps": [1, 4]}
-    result = subprocess.run([sys.executable, "-c", TENSORBOARD_READ, str(logs)], capture_output=True, text=True,
-                            env=child_env(TF_CPP_MIN_LOG_LEVEL="3"), cwd=ROOT, timeout=120)
-    assert result.returncode == 0, result.stderr[-3000:]
-    tags = json.loads(result.stdout.split("TAGS", 1)[1])
     assert tags["train"]["epoch_loss"] == [0, 1] and tags["train"]["epoch_accuracy"] == [0, 1]
     assert tags["validation"]["epoch_loss"] == [0, 1] and tags["validation"]["epoch_accuracy"] == [0, 1]
     assert list(logs.glob("train/plugins/profile/*/*.xplane.pb")), "no profile written"
 
 
-def test_a_split_too_big_for_memory_is_streamed_and_the_summary_says_why(tmp_path, mnist_png):
-    # A machine with less memory, by the one number that stands for it: the share of the memory
-    # available that decoded splits may take (here 0: nothing fits).
+@pytest.fixture(scope="module")
+def pipeline_reads(mnist_tfrecord, mnist_png) -> str:
+    """Two reads of the real sources in one process (one TensorFlow start), printed: FILE sharding for several
+    workers, then a split too big for memory."""
     result = run_python(f"""
+        import numpy as np
         import tfgpu.data.pipeline as pipeline
-        pipeline.MEMORY_FRACTION = 0.0
         from tfgpu.config import load_config
         from tfgpu.data import LoadContext, prepare, source_for
+        # FILE sharding (several workers): worker i of n reads every n-th file, and together they read each once.
+        for data in ({{"kind": "tfrecord", "path": {str(mnist_tfrecord)!r} + "/test-*.tfrecord", "label": "label",
+                       "features": {{"image": {{"encoding": "png"}}, "label": {{"dtype": "int64"}}}}}},
+                     {{"kind": "image_folder", "path": {str(mnist_png / 'test')!r}}}):
+            source = source_for(load_config({{"data": data}}).data)
+            source.check()
+            reader = source.load(LoadContext(global_batch_size=500, num_replicas=1)).train.reader
+            parts = [sum(1 for _ in reader.dataset(shuffle=False, seed=None, shard=(3, i))) for i in range(3)]
+            print("PARTS", data["kind"], parts, reader.size)
+        # A machine with less memory, by the one number that stands for it: the share of the memory
+        # available that decoded splits may take (here 0: nothing fits).
+        pipeline.MEMORY_FRACTION = 0.0
         cfg = load_config({{"data": {{"kind": "image_folder", "path": {str(mnist_png / 'test')!r}, "validation_split": 0.5}}}})
         source = source_for(cfg.data)
         source.check()
@@ -232,34 +260,26 @@ def test_a_split_too_big_for_memory_is_streamed_and_the_summary_says_why(tmp_pat
         print("BATCH", tuple(x.shape), x.dtype.name, float(x.numpy().max()) <= 1.0)
     """, TF_CPP_MIN_LOG_LEVEL="3")
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "MEMORY False False" in result.stdout
+    return result.stdout
+
+
+@pytest.mark.slow
+def test_a_split_too_big_for_memory_is_streamed_and_the_summary_says_why(pipeline_reads):
+    assert "MEMORY False False" in pipeline_reads
     # 5,000 digits of 784 bytes and their int32 labels: 3,940,000 bytes
-    assert "CACHE none: decoded it would take 3.8 MiB; half of the" in result.stdout
-    assert "BATCH (500, 28, 28, 1) float32 True" in result.stdout
+    assert "CACHE none: decoded it would take 3.8 MiB; half of the" in pipeline_reads
+    assert "BATCH (500, 28, 28, 1) float32 True" in pipeline_reads
 
 
-def test_readers_shard_by_file_for_several_workers(mnist_tfrecord, mnist_png):
-    # FILE sharding (several workers): worker i of n reads every n-th file, and together they read each once.
-    result = run_python(f"""
-        import numpy as np
-        from tfgpu.config import load_config
-        from tfgpu.data import LoadContext, source_for
-        for data in ({{"kind": "tfrecord", "path": {str(mnist_tfrecord)!r} + "/test-*.tfrecord", "label": "label",
-                       "features": {{"image": {{"encoding": "png"}}, "label": {{"dtype": "int64"}}}}}},
-                     {{"kind": "image_folder", "path": {str(mnist_png / 'test')!r}}}):
-            source = source_for(load_config({{"data": data}}).data)
-            source.check()
-            reader = source.load(LoadContext(global_batch_size=500, num_replicas=1)).train.reader
-            parts = [sum(1 for _ in reader.dataset(shuffle=False, seed=None, shard=(3, i))) for i in range(3)]
-            print("PARTS", data["kind"], parts, reader.size)
-    """, TF_CPP_MIN_LOG_LEVEL="3")
-    assert result.returncode == 0, result.stderr[-3000:]
-    lines = {line.split()[1]: line for line in result.stdout.splitlines() if line.startswith("PARTS")}
+@pytest.mark.slow
+def test_readers_shard_by_file_for_several_workers(pipeline_reads):
+    lines = {line.split()[1]: line for line in pipeline_reads.splitlines() if line.startswith("PARTS")}
     # 8 shards of 1,250 records: 3 + 3 + 2 files
     assert "PARTS tfrecord [3750, 3750, 2500] 10000" in lines["tfrecord"]
     assert "PARTS image_folder [3334, 3333, 3333] 10000" in lines["image_folder"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("loop", ["fit", "custom"])
 def test_a_source_without_validation_data_trains_on(tmp_path, loop):
     run_dir, s = train(tmp_path, "recipes/breast_cancer.yaml", "--set", "data.validation_split=null",

@@ -24,8 +24,9 @@ from ..conftest import data_dir, run_python
 #: (commit 48ff794, run from a temporary copy) reached 3.3-3.6 (81.8-88.6 MiB): ``tf.constant``
 #: copied the training images (twice over, their buffer being unaligned), tf.data's graph rewrite
 #: copied them again, and the validation images were copied by ``from_tensor_slices`` and cached
-#: as float32 (4 bytes for each 1-byte pixel).
-HELD_FACTOR = 1.6
+#: as float32 (4 bytes for each 1-byte pixel). With another xdist worker training beside it, 1.64 was seen
+#: once (40.4 MiB: tf.data's threads run ahead of a slowed reader), hence 1.8, still half the unfixed factor.
+HELD_FACTOR = 1.8
 
 PEAK = """
     import json, os, sys

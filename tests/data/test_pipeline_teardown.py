@@ -49,6 +49,7 @@ def test_multi_device_iterators_over_in_memory_data_can_be_torn_down_mid_read():
     assert said == pytest.approx(expected, rel=1e-5), result.stdout
 
 
+@pytest.mark.slow
 def test_the_workaround_installs_on_this_tensorflow():
     """Where TensorFlow's internals it wraps move, this fails (rather than the crash coming back silently)."""
     result = run_python("""

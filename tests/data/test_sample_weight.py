@@ -127,6 +127,7 @@ def read_pipeline(data: dict, class_weight=None) -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_training_batches_carry_each_rows_own_weight_through_split_and_shuffle(tmp_path):
     """Each row's weight is its (distinct) row number: every training sample must arrive with its own row's
     weight, times its class weight, after validation_split, in two differently shuffled epochs."""
@@ -154,6 +155,7 @@ def test_training_batches_carry_each_rows_own_weight_through_split_and_shuffle(t
     assert info["mean"] == pytest.approx(np.mean(kept), rel=1e-5)
 
 
+@pytest.mark.slow
 def test_arrays_weights_follow_their_samples(tmp_path):
     rng = np.random.default_rng(1)
     x = rng.normal(size=(120, 4)).astype(np.float32)

@@ -27,6 +27,7 @@ def ok(result):
     return result
 
 
+@pytest.mark.slow
 def test_two_logical_cpus_give_a_mirrored_strategy_with_two_replicas():
     result = ok(run_python("""
         import json, tfgpu
@@ -50,6 +51,7 @@ def test_two_logical_cpus_give_a_mirrored_strategy_with_two_replicas():
     assert out["ids"] == [0, 1]
 
 
+@pytest.mark.slow
 def test_placement_logging_prints_the_textbook_matmul_line():
     result = ok(run_python("""
         import tfgpu
@@ -63,6 +65,7 @@ def test_placement_logging_prints_the_textbook_matmul_line():
     assert "Executing op MatMul in device /job:localhost/replica:0/task:0/device:CPU:0" in result.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not _onednn_on_by_default(), reason="TensorFlow leaves oneDNN off by default on this CPU")
 def test_placement_logging_names_the_onednn_kernel_where_onednn_is_on_by_default():
     """What the README's note says: with oneDNN left at TensorFlow's default on such a CPU, the textbook matmul
@@ -80,6 +83,7 @@ def test_placement_logging_names_the_onednn_kernel_where_onednn_is_on_by_default
     assert "Executing op MatMul in device" not in result.stderr
 
 
+@pytest.mark.slow
 def test_soft_placement_runs_a_gpu2_request_on_cpu_and_hard_placement_refuses():
     code = """
         import tfgpu
@@ -98,6 +102,7 @@ def test_soft_placement_runs_a_gpu2_request_on_cpu_and_hard_placement_refuses():
     assert "REFUSED Could not satisfy device specification" in hard.stdout
 
 
+@pytest.mark.slow
 def test_setup_after_tensorflow_initialised_names_each_setting():
     result = run_python("""
         import tensorflow as tf
@@ -118,6 +123,7 @@ def test_setup_after_tensorflow_initialised_names_each_setting():
     assert "call tfgpu.setup() before any other TensorFlow code" in result.stdout
 
 
+@pytest.mark.slow
 def test_setup_after_initialisation_with_settings_already_in_force_is_fine():
     result = ok(run_python("""
         import tensorflow as tf
@@ -129,6 +135,7 @@ def test_setup_after_initialisation_with_settings_already_in_force_is_fine():
     assert "REPLICAS 1" in result.stdout
 
 
+@pytest.mark.slow
 def test_second_setup_with_the_same_settings_is_a_no_op_and_different_ones_fail():
     result = run_python("""
         import tfgpu
@@ -143,6 +150,7 @@ def test_second_setup_with_the_same_settings_is_a_no_op_and_different_ones_fail(
     assert "SAME True" in result.stdout and "CONFLICT True" in result.stdout, result.stderr[-3000:]
 
 
+@pytest.mark.slow
 def test_environment_and_seed_are_applied_before_tensorflow():
     code = """
         import os, sys, tfgpu
@@ -164,6 +172,7 @@ def test_environment_and_seed_are_applied_before_tensorflow():
     assert "cuInit" not in first.stderr  # log level 3 hides TensorFlow's errors about the missing driver
 
 
+@pytest.mark.slow
 def test_gpus_listed_by_nvml_but_not_by_tensorflow_fall_back_to_the_cpu():
     # The probe (the one faked seam) reports two GPUs; the real TensorFlow here has none.
     code = """

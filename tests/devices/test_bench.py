@@ -46,6 +46,7 @@ def table(stdout: str, header: list[str]) -> list[list[str]]:
 # --------------------------------------------------------------------------- matmul
 
 
+@pytest.mark.slow
 def test_matmul_json_one_row_per_device_and_size_with_consistent_gflops():
     data = json.loads(bench("matmul", "--sizes", "64,128", "--repeats", "2", "--json"))
     assert data["logical_devices"] == ["/device:CPU:0"]
@@ -58,6 +59,7 @@ def test_matmul_json_one_row_per_device_and_size_with_consistent_gflops():
         assert r["gflops"] == pytest.approx(2 * r["size"] ** 3 / (r["median_ms"] * 1e-3) / 1e9, rel=1e-9)
 
 
+@pytest.mark.slow
 def test_matmul_table_times_each_logical_device():
     out = bench("matmul", *SPLIT, "--sizes", "32,64", "--repeats", "1")
     assert "logical devices: CPU:0, CPU:1" in out
@@ -70,6 +72,7 @@ def test_matmul_table_times_each_logical_device():
 # --------------------------------------------------------------------------- logging
 
 
+@pytest.mark.slow
 def test_logging_json_both_variants_agree():
     data = json.loads(bench("logging", "--steps", "50", "--size", "32", "--repeats", "2", "--json"))
     assert data["device"] == "/device:CPU:0" and data["steps"] == 50 and data["size"] == 32
@@ -83,6 +86,7 @@ def test_logging_json_both_variants_agree():
     assert data["last_norm"] > 0
 
 
+@pytest.mark.slow
 def test_logging_table():
     out = bench("logging", "--steps", "20", "--size", "16", "--repeats", "1")
     rows = table(out, ["variant", "transfers", "median ms", "steps/s", "vs host"])
@@ -94,6 +98,7 @@ def test_logging_table():
 # --------------------------------------------------------------------------- devices
 
 
+@pytest.mark.slow
 def test_devices_split_across_two_cpu_logical_devices():
     data = json.loads(bench("devices", *SPLIT, "--size", "128", "--repeats", "2", "--json"))
     assert data["devices"] == ["/device:CPU:0", "/device:CPU:1"]
@@ -103,6 +108,7 @@ def test_devices_split_across_two_cpu_logical_devices():
     assert any("one physical CPU" in n and "no real speed-up" in n for n in data["notes"])
 
 
+@pytest.mark.slow
 def test_devices_with_one_device_says_how_to_get_two():
     out = bench("devices", "--size", "64", "--repeats", "1")
     rows = table(out, ["run", "devices", "work", "median ms", "speed-up"])
@@ -111,6 +117,7 @@ def test_devices_with_one_device_says_how_to_get_two():
     assert "--set devices.cpu_logical_devices=2" in out and "devices.gpu_logical_devices" in out
 
 
+@pytest.mark.slow
 def test_devices_text_two_devices_table():
     out = bench("devices", *SPLIT, "--size", "64", "--repeats", "1")
     rows = table(out, ["run", "devices", "work", "median ms", "speed-up"])

@@ -401,6 +401,7 @@ def test_facts_survive_a_json_round_trip():
 # ------------------------------------------------------------ the real path, and the command line
 
 
+@pytest.mark.slow
 def test_real_facts_on_this_machine():
     real = gather_facts()
     import importlib.metadata as md
@@ -421,6 +422,7 @@ def test_libraries_are_not_probed_off_linux():
     assert probe_libraries(platform="win32") == ()
 
 
+@pytest.mark.slow
 def test_doctor_command_on_this_machine(tmp_path):
     result = run_cli("doctor", "--json")
     data = json.loads(result.stdout)
@@ -455,6 +457,7 @@ def test_doctor_reports_a_bad_recipe_as_a_finding(tmp_path):
     assert result.returncode == 9 and "unknown key 'devices.visible_gpu'" in result.stdout
 
 
+@pytest.mark.slow
 def test_devices_command(tmp_path):
     result = run_cli("devices", "recipes/mnist.yaml", "--set", "devices.cpu_logical_devices=2")
     assert result.returncode == 0, result.stderr

@@ -261,6 +261,7 @@ BLOCK_TENSORFLOW = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 @needs_jax
 def test_the_jax_child_never_imports_tensorflow():
     request = {"config": {"backend": "jax", "devices": {"cpu_logical_devices": 2}}}
@@ -283,6 +284,7 @@ def test_probe_jax_reports_a_missing_jax_instead_of_raising(tmp_path, monkeypatc
     assert "JAX: cannot start" in describe_facts(Facts(jax=facts))
 
 
+@pytest.mark.slow
 @needs_jax
 def test_tfgpu_devices_with_backend_jax_lists_jax_cpu_devices():
     child = subprocess.run(
@@ -292,6 +294,7 @@ def test_tfgpu_devices_with_backend_jax_lists_jax_cpu_devices():
     assert "default backend cpu; devices: cpu:0 (cpu), cpu:1 (cpu)" in child.stdout, child.stdout
 
 
+@pytest.mark.slow
 @needs_jax
 def test_tfgpu_devices_json_and_doctor_with_backend_jax():
     child = subprocess.run(

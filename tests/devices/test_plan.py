@@ -301,6 +301,7 @@ print("FOUND", json.dumps(found))
 """
 
 
+@pytest.mark.slow
 def test_xla_auto_reason_agrees_with_what_the_installed_keras_does():
     """Keras's own compile(jit_compile="auto"), run, against tfgpu's plan and its recorded reason."""
     import json  # noqa: PLC0415

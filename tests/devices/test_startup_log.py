@@ -168,6 +168,7 @@ def test_the_filter_is_off_with_tfgpu_log_filter_0():
     assert result.stdout.strip() == "False" and I_LINE in result.stderr
 
 
+@pytest.mark.slow
 def test_setup_holds_tensorflows_start_up_lines_in_a_file_and_restores_fd_2():
     result = run_python(f"""
         import os, tfgpu

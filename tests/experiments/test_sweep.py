@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -166,6 +165,7 @@ def test_a_recipe_without_a_sweep_section_and_a_resume_of_no_sweep_are_refused(t
     one_paragraph(nothing.stderr)
 
 
+@pytest.mark.slow
 def test_a_metric_the_run_does_not_log_stops_the_sweep_at_the_first_trial(tmp_path):
     recipe = sweep_recipe(tmp_path, metric="val_auc", trials=4, epochs=1)
     result = run_cli("sweep", str(recipe), "--output-dir", str(tmp_path / "runs"), timeout=300)

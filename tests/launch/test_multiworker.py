@@ -79,9 +79,10 @@ def test_two_workers_reach_the_accuracy_of_one_worker(two_worker_runs, two_repli
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("loop", ["fit", "custom"])
-def test_mnist_recipe_on_two_workers_reaches_088(tmp_path, loop):
-    """The recipe as shipped (4096 per replica, 10 epochs): the issue's bar."""
+def test_mnist_recipe_on_two_workers_reaches_088_with_the_custom_loop(tmp_path):
+    """The recipe as shipped (4096 per replica, 10 epochs): the issue's bar. (With fit, the same run on two
+    workers with a worker killed and restarted reaches it too: test_faults.py.)"""
+    loop = "custom"
     result = run_cli("run", "recipes/mnist.yaml", "--workers", "2", "--set", f"train.loop={loop}",
                      "--output-dir", str(tmp_path))
     assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
@@ -173,6 +174,7 @@ def launch(*args: str, stdin: str = "", timeout: int = 300) -> subprocess.Comple
                           text=True, timeout=timeout, env=child_env(), cwd=ROOT)
 
 
+@pytest.mark.slow
 def test_launch_applies_the_config_to_an_unmodified_script():
     result = launch("--set", "devices.cpu_logical_devices=2", "--set", "devices.log_device_placement=true",
                     "--set", "tensorflow.mixed_precision=mixed_bfloat16", "--",
@@ -185,6 +187,7 @@ def test_launch_applies_the_config_to_an_unmodified_script():
     assert "Executing op Sum in device /job:localhost/replica:0/task:0/device:CPU:1" in result.stderr
 
 
+@pytest.mark.slow
 def test_launch_with_the_defaults_keeps_one_logical_cpu():
     result = launch("--", str(SCRIPTS / "show_devices.py"), "0", stdin="x\n")
     assert result.returncode == 0, result.stderr[-3000:]
@@ -217,6 +220,7 @@ def test_launch_two_workers_runs_an_unmodified_multi_worker_fit(tmp_path):
     assert float(lines[0].split()[1]) > 0.8
 
 
+@pytest.mark.slow
 def test_launch_reports_a_failing_worker_and_passes_its_exit_code(tmp_path):
     script = tmp_path / "fails.py"
     script.write_text("import json, os, sys\n"

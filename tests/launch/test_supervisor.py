@@ -115,6 +115,7 @@ def test_a_restart_is_tried_exactly_when_the_rule_says_the_worker_crashed(code):
 # --- fault 9: one exit-code rule for `run --workers` and `launch --workers` -----------------------------------
 
 
+@pytest.mark.slow
 def test_a_killed_worker_gives_10_from_run_and_launch_and_the_message_names_the_signal(tmp_path):
     run = run_workers("--max-restarts", "0", "--output-dir", str(tmp_path / "runs"),
                       TFGPU_WORKER_PYTHON=FAULTY, TEST_FAULT="kill", TEST_FAULT_WORKER="1")
@@ -126,6 +127,7 @@ def test_a_killed_worker_gives_10_from_run_and_launch_and_the_message_names_the_
     assert "worker 1 of 2" in message and "was killed by SIGKILL" in message and "Traceback" not in launched.stderr
 
 
+@pytest.mark.slow
 def test_an_uncaught_exception_in_a_worker_gives_10_from_run_and_launch(tmp_path):
     run = run_workers("--max-restarts", "1", "--output-dir", str(tmp_path / "runs"),
                       TFGPU_WORKER_PYTHON=FAULTY, TEST_FAULT="raise", TEST_FAULT_WORKER="1")
@@ -139,6 +141,7 @@ def test_an_uncaught_exception_in_a_worker_gives_10_from_run_and_launch(tmp_path
     assert "exited with code 1 (an uncaught exception)" in message and "RuntimeError: launched_worker.py" in message
 
 
+@pytest.mark.slow
 def test_a_workers_own_code_is_passed_on_by_run_and_launch_without_a_restart(tmp_path):
     run = run_workers("--output-dir", str(tmp_path / "runs"),
                       TFGPU_WORKER_PYTHON=FAULTY, TEST_FAULT="no_data", TEST_FAULT_WORKER="1")
@@ -154,6 +157,7 @@ def test_a_workers_own_code_is_passed_on_by_run_and_launch_without_a_restart(tmp
 # --- fault 8: a worker's crash after the run completed ---------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_worker_crash_after_the_run_completed_is_no_failure_and_no_restart(tmp_path):
     result = run_workers("--set", "train.epochs=2", "--output-dir", str(tmp_path),
                          TFGPU_WORKER_PYTHON=FAULTY, TEST_FAULT="segv_after", TEST_FAULT_WORKER="1")
@@ -183,6 +187,7 @@ def _fake_scontrol(tmp_path: Path) -> tuple[dict[str, str], Path]:
     return {"SLURM_JOB_ID": "4242", "PATH": f"{bin_dir}:{os.environ['PATH']}"}, calls
 
 
+@pytest.mark.slow
 def test_the_requeue_signal_to_run_workers_saves_a_checkpoint_and_exits_75(tmp_path):
     """SIGUSR1 (Slurm's --signal=USR1@...) to the supervisor mid-training: forwarded, the workers agree on a step,
     save and exit 75; the chief alone asks Slurm to requeue; the supervisor says how to resume."""
@@ -208,6 +213,7 @@ def test_the_requeue_signal_to_run_workers_saves_a_checkpoint_and_exits_75(tmp_p
         kill_all(pids)
 
 
+@pytest.mark.slow
 def test_workers_die_with_a_sigkilled_run_supervisor(tmp_path):
     # No progress lines: a chief that prints would die of the broken pipe to its supervisor anyway, and its peer
     # of the lost collective; quiet workers train on unless the kernel kills them (PR_SET_PDEATHSIG).
@@ -216,6 +222,7 @@ def test_workers_die_with_a_sigkilled_run_supervisor(tmp_path):
     sigkill_leaves_no_worker(process, lambda: worker_pids(wait_for(checkpoint_at(tmp_path, 8), process, timeout=240)))
 
 
+@pytest.mark.slow
 def test_launched_workers_die_with_a_sigkilled_launch(tmp_path):
     process = launch("--workers", "2", "--log-dir", str(tmp_path / "logs"), "--",
                      str(SCRIPTS / "launched_worker.py"), str(tmp_path / "pids"), "wait")
@@ -236,6 +243,7 @@ def sigkill_leaves_no_worker(process: subprocess.Popen, workers: Callable[[], li
         kill_all(pids)
 
 
+@pytest.mark.slow
 def test_the_requeue_signal_reaches_launched_workers_and_their_75_is_passed_on(tmp_path):
     process = launch("--workers", "2", "--log-dir", str(tmp_path / "logs"), "--",
                      str(SCRIPTS / "launched_worker.py"), str(tmp_path / "pids"), "wait")

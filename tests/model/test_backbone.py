@@ -84,6 +84,7 @@ def test_plan_accepts_an_application_with_the_default_head(tmp_path, digits):
     assert result.returncode == 0, result.stderr
 
 
+@pytest.mark.slow
 def test_preprocessing_layers_equal_each_applications_preprocess_input():
     """tf, torch and caffe modes as Keras layers on [0, 1] inputs == preprocess_input on the pixels."""
     result = run_python("""

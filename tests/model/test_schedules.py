@@ -47,6 +47,7 @@ def keras_rates() -> list[list[float]]:
     return json.loads(result.stdout.split("RATES")[-1])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("index", range(len(SPECS)), ids=[str(s[0])[:40] for s in SPECS])
 def test_plain_python_rates_equal_the_keras_schedule(keras_rates, index):
     """The numbers `tfgpu plan` prints are the ones the optimizer uses: every step of the run, plain Python vs Keras."""
@@ -66,6 +67,7 @@ def test_the_default_warmup_is_none_at_scale_one_and_goyals_capped_at_a_tenth_of
     assert resolve({"name": "cosine"}, 0.001, 1.0, 10, 10).rate(100) == pytest.approx(0.0)  # cosine decays to alpha
 
 
+@pytest.mark.slow
 def test_warmup_schedule_survives_model_keras_in_a_plain_keras_process(tmp_path):
     """The Warmup wrapper is saved in model.keras and loads in plain Keras after `import tfgpu.model.schedules`."""
     path = tmp_path / "m.keras"

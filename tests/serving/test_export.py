@@ -1,7 +1,8 @@
 """`tfgpu export savedmodel|onnx|litert`: real runs exported, each artifact loaded in its own runtime here.
 
-Three small real runs (MNIST from the .npz, MNIST as a PNG class folder written at test time, the breast
-cancer CSV) are each exported in the three formats by the real CLI. The artifacts are then loaded by
+Three real runs, the suite's shared ones (tests/conftest.py: the seed recipe from the .npz on two replicas,
+MNIST as a PNG class folder written at test time, the breast cancer CSV), copied, are each exported in the
+three formats by the real CLI. The artifacts are then loaded by
 TensorFlow's SavedModel loader, ONNX Runtime and the LiteRT interpreter in a fresh interpreter, fed the
 raw validation inputs, and compared with the trained ``model.keras`` fed the same inputs preprocessed by
 hand (/255 and a channel axis for the images) - not with tfgpu's own serving model.
@@ -16,38 +17,26 @@ from pathlib import Path
 
 import pytest
 
-from ..conftest import ROOT, data_dir, one_paragraph, only_run_dir, run_cli, run_python
+from ..conftest import ROOT, copy_run, data_dir, one_paragraph, run_cli, run_python
 
 FORMATS = ("savedmodel", "onnx", "litert")
 RECORD = {"savedmodel": "savedmodel/{name}/1/export.json", "onnx": "model.onnx.export.json",
           "litert": "model.tflite.export.json"}
 
 
-def train(tmp: Path, recipe: str, *sets: str) -> Path:
-    result = run_cli("run", recipe, "--set", "train.epochs=1", *sets, "--output-dir", str(tmp))
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return only_run_dir(tmp)
+@pytest.fixture(scope="module")
+def png(small_png) -> Path:
+    """The shared PNG digits (tests/conftest.py): ``<dir>/{train,test}/<digit>/<n>.png``."""
+    return small_png
 
 
 @pytest.fixture(scope="module")
-def png(tmp_path_factory) -> Path:
-    """1500 + 1500 real MNIST digits as PNGs: ``<dir>/{train,test}/<digit>/<n>.png``."""
-    from recipes.make_examples import write_png_folder  # noqa: PLC0415
-
-    return write_png_folder(tmp_path_factory.mktemp("png"), limit=1500)
-
-
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory, png) -> dict[str, Path]:
-    """``{"mnist", "images", "csv"}`` -> a finished one-epoch run directory."""
-    return {
-        "mnist": train(tmp_path_factory.mktemp("mnist"), "recipes/mnist.yaml",
-                       "--set", "train.batch_size_per_replica=512"),
-        "images": train(tmp_path_factory.mktemp("images"), "recipes/mnist_images.yaml",
-                        "--set", f"data.path={png / 'train'}", "--set", f"data.test_path={png / 'test'}",
-                        "--set", "data.validation_split=0.2"),
-        "csv": train(tmp_path_factory.mktemp("csv"), "recipes/breast_cancer.yaml"),
-    }
+def runs(tmp_path_factory, two_replica_runs, image_run, breast_run) -> dict[str, Path]:
+    """``{"mnist", "images", "csv"}`` -> a finished run directory: copies of the shared runs (tests/conftest.py:
+    the seed recipe on two replicas, the image folder, the breast-cancer CSV), since exports write into them."""
+    parent = tmp_path_factory.mktemp("runs")
+    shared_runs = {"mnist": two_replica_runs["fit"][1], "images": image_run, "csv": breast_run}
+    return {name: copy_run(run_dir, parent / name) for name, run_dir in shared_runs.items()}
 
 
 @pytest.fixture(scope="module")
@@ -66,85 +55,98 @@ def exports(runs) -> dict[tuple[str, str], dict]:
     return out
 
 
-#: Loads the three artifacts of RUN_DIR in their runtimes and the trained model.keras in Keras, feeds them the
+#: For each run: loads its three artifacts in their runtimes and the trained model.keras in Keras, feeds them the
 #: raw validation sample tfgpu recorded (re-read here from the data), prints the differences as JSON.
 CHECK = """
 import json, sys
 import numpy as np
-run_dir, kind = sys.argv[1], sys.argv[2]
-from pathlib import Path
-run = Path(run_dir)
-summary = json.loads((run / "summary.json").read_text())
-if kind == "csv":
-    import csv
-    rows = list(csv.DictReader(open(sys.argv[3])))
-    feats = summary["data"]["features"]
-    x = np.array([[float(r[f]) for f in feats] for r in rows], dtype=np.float32)[:256]
-elif kind == "mnist":
-    x = np.load(sys.argv[3])["x_test"][:256]
-else:
-    from PIL import Image
-    files = sorted(Path(sys.argv[3]).glob("*/*.png"))[:256]
-    x = np.stack([np.asarray(Image.open(f)) for f in files]).astype(np.uint8)[..., None]  # grey: 1 channel
-import keras
-model = keras.models.load_model(run / "model.keras", compile=False)
-if x.dtype == np.uint8:
-    pixels = x.astype("float32") / 255.0
-    ref = model.predict(pixels[..., None] if pixels.ndim == 3 else pixels, verbose=0)
-else:
-    ref = model.predict(x, verbose=0)
-export = run / "export"
-name = Path(summary["recipe"]).stem
-out = {}
-import tensorflow as tf
-loaded = tf.saved_model.load(str(export / "savedmodel" / name / "1"))
-fn = loaded.signatures["serving_default"]
-out["savedmodel"] = fn(inputs=tf.constant(x))["outputs"].numpy()
-out["savedmodel_signature"] = [sorted(fn.structured_input_signature[1]), sorted(fn.structured_outputs)]
-import onnxruntime as ort
-sess = ort.InferenceSession(str(export / "model.onnx"), providers=["CPUExecutionProvider"])
-out["onnx"] = sess.run(None, {"inputs": x})[0]
-out["onnx_io"] = [[(i.name, i.type) for i in sess.get_inputs()], [o.name for o in sess.get_outputs()]]
-from ai_edge_litert.interpreter import Interpreter
-it = Interpreter(model_path=str(export / "model.tflite"))
-inp = it.get_input_details()[0]
-it.resize_tensor_input(inp["index"], list(x.shape))
-it.allocate_tensors()
-it.set_tensor(inp["index"], x)
-it.invoke()
-out["litert"] = it.get_tensor(it.get_output_details()[0]["index"])
-out["litert_signature"] = it.get_signature_list()["serving_default"]
-def classes(p):
-    return (p[:, 0] > 0.5).astype(int) if p.shape[-1] == 1 else p.argmax(-1)
-report = {"n": len(x), "dtype": str(x.dtype)}
-for fmt in ("savedmodel", "onnx", "litert"):
-    got = np.asarray(out[fmt], dtype=np.float32)
-    report[fmt] = {"shape": list(got.shape), "max_abs_diff": float(np.abs(got - ref).max()),
-                   "same_classes": int((classes(got) == classes(ref)).sum())}
-report["savedmodel_signature"] = out["savedmodel_signature"]
-report["onnx_io"] = out["onnx_io"]
-report["litert_signature"] = out["litert_signature"]
-print("REPORT" + json.dumps(report))
+
+
+def check(run_dir, kind, data):
+    from pathlib import Path
+    run = Path(run_dir)
+    summary = json.loads((run / "summary.json").read_text())
+    if kind == "csv":
+        import csv
+        rows = list(csv.DictReader(open(data)))
+        feats = summary["data"]["features"]
+        x = np.array([[float(r[f]) for f in feats] for r in rows], dtype=np.float32)[:256]
+    elif kind == "mnist":
+        x = np.load(data)["x_test"][:256]
+    else:
+        from PIL import Image
+        files = sorted(Path(data).glob("*/*.png"))[:256]
+        x = np.stack([np.asarray(Image.open(f)) for f in files]).astype(np.uint8)[..., None]  # grey: 1 channel
+    import keras
+    model = keras.models.load_model(run / "model.keras", compile=False)
+    if x.dtype == np.uint8:
+        pixels = x.astype("float32") / 255.0
+        ref = model.predict(pixels[..., None] if pixels.ndim == 3 else pixels, verbose=0)
+    else:
+        ref = model.predict(x, verbose=0)
+    export = run / "export"
+    name = Path(summary["recipe"]).stem
+    out = {}
+    import tensorflow as tf
+    loaded = tf.saved_model.load(str(export / "savedmodel" / name / "1"))
+    fn = loaded.signatures["serving_default"]
+    out["savedmodel"] = fn(inputs=tf.constant(x))["outputs"].numpy()
+    out["savedmodel_signature"] = [sorted(fn.structured_input_signature[1]), sorted(fn.structured_outputs)]
+    import onnxruntime as ort
+    sess = ort.InferenceSession(str(export / "model.onnx"), providers=["CPUExecutionProvider"])
+    out["onnx"] = sess.run(None, {"inputs": x})[0]
+    out["onnx_io"] = [[(i.name, i.type) for i in sess.get_inputs()], [o.name for o in sess.get_outputs()]]
+    from ai_edge_litert.interpreter import Interpreter
+    it = Interpreter(model_path=str(export / "model.tflite"))
+    inp = it.get_input_details()[0]
+    it.resize_tensor_input(inp["index"], list(x.shape))
+    it.allocate_tensors()
+    it.set_tensor(inp["index"], x)
+    it.invoke()
+    out["litert"] = it.get_tensor(it.get_output_details()[0]["index"])
+    out["litert_signature"] = it.get_signature_list()["serving_default"]
+    def classes(p):
+        return (p[:, 0] > 0.5).astype(int) if p.shape[-1] == 1 else p.argmax(-1)
+    report = {"n": len(x), "dtype": str(x.dtype)}
+    for fmt in ("savedmodel", "onnx", "litert"):
+        got = np.asarray(out[fmt], dtype=np.float32)
+        report[fmt] = {"shape": list(got.shape), "max_abs_diff": float(np.abs(got - ref).max()),
+                       "same_classes": int((classes(got) == classes(ref)).sum())}
+    report["savedmodel_signature"] = out["savedmodel_signature"]
+    report["onnx_io"] = out["onnx_io"]
+    report["litert_signature"] = out["litert_signature"]
+    print("REPORT" + json.dumps(report))
+
+
+for run_dir, kind, data in json.loads(sys.argv[1]):
+    check(run_dir, kind, data)
 """
 
 
-def check_in_runtimes(run_dir: Path, kind: str, data: str) -> dict:
-    result = run_python(CHECK.replace("import json, sys", "import json, sys\nsys.argv = " +
-                                      repr(["-", str(run_dir), kind, data])), TF_CPP_MIN_LOG_LEVEL="3")
+def check_in_runtimes(*checks: tuple[Path, str, str]) -> list[dict]:
+    """:data:`CHECK` for each ``(run_dir, kind, data)``, in one process (TensorFlow and the runtimes start once)."""
+    argv = json.dumps([[str(run_dir), kind, data] for run_dir, kind, data in checks])
+    result = run_python(CHECK.replace("import json, sys", f"import json, sys\nsys.argv = ['-', {argv!r}]", 1),
+                        TF_CPP_MIN_LOG_LEVEL="3")
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
-    line = next(ln for ln in result.stdout.splitlines() if ln.startswith("REPORT"))
-    return json.loads(line[len("REPORT"):])
+    return [json.loads(ln[len("REPORT"):]) for ln in result.stdout.splitlines() if ln.startswith("REPORT")]
+
+
+@pytest.fixture(scope="module")
+def runtime_reports(runs, exports, png) -> dict[str, dict]:
+    """:data:`CHECK`'s report of each run's three artifacts: ``{kind: report}``."""
+    data = {"mnist": data_dir() / "mnist" / "mnist.npz", "csv": data_dir() / "breast_cancer" / "breast_cancer.csv",
+            "images": png / "test"}
+    kinds = sorted(runs)
+    return dict(zip(kinds, check_in_runtimes(*((runs[kind], kind, str(data[kind])) for kind in kinds))))
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["mnist", "images", "csv"])
-def test_each_artifact_loads_in_its_runtime_and_agrees_with_the_trained_model(runs, exports, png, kind):
+def test_each_artifact_loads_in_its_runtime_and_agrees_with_the_trained_model(exports, runtime_reports, kind):
     """Raw inputs (uint8 digits from the .npz or the PNG files, float rows of the CSV) into each artifact; the
     trained model.keras fed them as the pipeline does (/255, channel axis; the CSV normalised inside)."""
-    run_dir = runs[kind]
-    data = {"mnist": data_dir() / "mnist" / "mnist.npz", "csv": data_dir() / "breast_cancer" / "breast_cancer.csv",
-            "images": png / "test"}[kind]
-    report = check_in_runtimes(run_dir, kind, str(data))
+    report = runtime_reports[kind]
     assert report["n"] >= 100
     for fmt in FORMATS:
         assert report[fmt]["max_abs_diff"] <= 1e-4, (fmt, report)

@@ -13,15 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ..conftest import data_dir, one_paragraph, only_run_dir, run_cli
+from ..conftest import SMALL_PNG, copy_run, data_dir, one_paragraph, run_cli
 
-SAMPLES = 1000  # MNIST images per split written as PNGs
-
-
-def _train(parent: Path, *args: str) -> Path:
-    result = run_cli("run", *args, "--output-dir", str(parent))
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return only_run_dir(parent)
+SAMPLES = SMALL_PNG  # MNIST images per split written as PNGs
 
 
 def _evaluate(run_dir: Path, *args: str) -> dict:
@@ -42,23 +36,20 @@ def _rows(path: Path) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def png(tmp_path_factory) -> Path:
-    from recipes.make_examples import write_png_folder  # noqa: PLC0415
-
-    return write_png_folder(tmp_path_factory.mktemp("png"), SAMPLES)
+def png(small_png) -> Path:
+    return small_png
 
 
 @pytest.fixture(scope="module")
-def image_run(tmp_path_factory, png) -> Path:
-    """The image-folder recipe, 1 epoch on 1,000 MNIST PNGs, the 1,000 test PNGs as its validation folder."""
-    return _train(tmp_path_factory.mktemp("runs"), "recipes/mnist_images.yaml", "--set", f"data.path={png / 'train'}",
-                  "--set", f"data.validation_path={png / 'test'}", "--set", "data.validation_split=null",
-                  "--set", "data.test_path=null", "--set", "train.epochs=1", "--set", "train.batch_size_per_replica=64")
+def image_run(tmp_path_factory, image_run) -> Path:
+    """The shared image-folder run (tests/conftest.py), copied: evaluate and predict write beside it."""
+    return copy_run(image_run, tmp_path_factory.mktemp("runs"))
 
 
 @pytest.fixture(scope="module")
-def csv_run(tmp_path_factory) -> Path:
-    return _train(tmp_path_factory.mktemp("runs"), "recipes/breast_cancer.yaml", "--set", "train.epochs=5")
+def csv_run(tmp_path_factory, breast_run) -> Path:
+    """The shared breast-cancer run, copied."""
+    return copy_run(breast_run, tmp_path_factory.mktemp("runs"))
 
 
 CANCER = data_dir() / "breast_cancer" / "breast_cancer.csv"

@@ -192,6 +192,7 @@ def assert_metrics_match(client, run_id: str, rows: list[dict]) -> None:
         assert all(abs(m.value - r[key]) <= 1e-6 * max(1.0, abs(r[key])) for m, r in zip(history, rows)), key
 
 
+@pytest.mark.slow
 def test_a_run_logs_its_settings_epochs_tags_and_files(tmp_path, server, client):
     result, run_dir = tracked_run(tmp_path, server, "--set", "output.mlflow.experiment=tfgpu-tests",
                                   "--set", "output.mlflow.log_model=true")
@@ -218,6 +219,7 @@ def test_a_run_logs_its_settings_epochs_tags_and_files(tmp_path, server, client)
     assert {"config.yaml", "config.resolved.yaml", "summary.json", "metrics.csv", "model.keras"} <= files
 
 
+@pytest.mark.slow
 def test_a_preempted_run_resumes_into_the_same_mlflow_run(tmp_path, server, client):
     out = tmp_path / "runs"
     process = start(RECIPE, "--set", "train.epochs=12", "--set", f"output.mlflow.tracking_uri={server}",
@@ -249,6 +251,7 @@ def test_a_preempted_run_resumes_into_the_same_mlflow_run(tmp_path, server, clie
     assert len(client.search_runs([run.info.experiment_id])) == 1
 
 
+@pytest.mark.slow
 def test_a_run_with_the_parent_run_id_is_a_child_of_the_sweeps_run(tmp_path, server, client):
     cfg = load_config(RECIPE, overrides=[f"output.mlflow.tracking_uri={server}",
                                          "output.mlflow.experiment=tfgpu-sweep"])
@@ -285,6 +288,7 @@ def test_an_unreachable_server_stops_the_run_before_training_with_exit_11(tmp_pa
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 
+@pytest.mark.slow
 def test_an_unreachable_server_with_required_false_trains_without_tracking(tmp_path):
     uri = f"http://127.0.0.1:{free_port()}"
     result = run_cli("run", RECIPE, "--set", "train.epochs=2",
@@ -297,6 +301,7 @@ def test_an_unreachable_server_with_required_false_trains_without_tracking(tmp_p
     assert summary["status"] == "completed" and "mlflow" not in summary and len(summary["epochs"]) == 2
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # SQLAlchemy 2 on MLflow's store
 def test_a_local_sqlite_store_from_mlflow_tracking_uri_needs_no_server(tmp_path):
     uri = f"sqlite:///{tmp_path / 'local.db'}"

@@ -105,6 +105,7 @@ print("OUT", json.dumps(out))
 """
 
 
+@pytest.mark.slow
 def test_custom_loop_shortens_calls_over_the_bound_without_retracing():
     result = run_python(CUSTOM)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -157,6 +158,7 @@ print("OUT", json.dumps(out))
 """
 
 
+@pytest.mark.slow
 def test_fit_keeps_exact_epochs_on_a_prime_step_count_and_warns_about_a_long_call():
     result = run_python(FIT)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -69,6 +69,7 @@ def test_a_missing_user_module_and_a_schedule_with_reduce_lr_are_refused(tmp_pat
              "train.early_stopping.monitor", "timing")
 
 
+@pytest.mark.slow
 def test_a_monitor_the_run_does_not_log_lists_those_it_does_and_writes_nothing(tmp_path):
     err = _refused(_run(tmp_path, "train.early_stopping={monitor: val_auc}"),
                    "train.early_stopping.monitor", "'val_auc'", "val_loss", "val_accuracy", "accuracy")
@@ -81,6 +82,7 @@ def test_a_monitor_the_run_does_not_log_lists_those_it_does_and_writes_nothing(t
              "train.callbacks[0].monitor", "'val_precision'")
 
 
+@pytest.mark.slow
 def test_a_user_class_that_is_no_callback_is_refused(tmp_path):
     _refused(_run(tmp_path, "train.callbacks=[{'tests.callback_hooks:NotACallback': {path: x}}]"),
              "train.callbacks[0]", "keras.callbacks.Callback")

@@ -14,21 +14,30 @@ import yaml
 from ..conftest import only_run_dir, run_cli, run_python
 
 
-def evaluate(model_path: Path) -> float:
+def evaluate(*model_paths: Path) -> list[float]:
+    """Each saved model's accuracy on the MNIST test split, evaluated by plain Keras in one process."""
     result = run_python(f"""
         import os, numpy as np, keras
         data = np.load(os.path.join(os.environ["TFGPU_DATA_DIR"], "mnist", "mnist.npz"))
-        model = keras.models.load_model({str(model_path)!r})
         x = data["x_test"][..., None].astype("float32") / 255.0
-        print("ACC", model.evaluate(x, data["y_test"], batch_size=1000, verbose=0, return_dict=True)["accuracy"])
+        for path in {[str(p) for p in model_paths]!r}:
+            model = keras.models.load_model(path)
+            print("ACC", model.evaluate(x, data["y_test"], batch_size=1000, verbose=0, return_dict=True)["accuracy"])
     """, TF_CPP_MIN_LOG_LEVEL="3")
     assert result.returncode == 0, result.stderr[-3000:]
-    return float(result.stdout.split("ACC")[-1])
+    return [float(line.split("ACC")[-1]) for line in result.stdout.splitlines() if line.startswith("ACC")]
+
+
+@pytest.fixture(scope="module")
+def reloaded_accuracy(two_replica_runs) -> dict[str, float]:
+    """``{loop: accuracy}`` of each shared run's model.keras, reloaded and evaluated by plain Keras."""
+    loops = sorted(two_replica_runs)
+    return dict(zip(loops, evaluate(*(two_replica_runs[loop][1] / "model.keras" for loop in loops))))
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("loop", ["fit", "custom"])
-def test_two_replica_run_writes_a_complete_run_directory(two_replica_runs, loop):
+def test_two_replica_run_writes_a_complete_run_directory(two_replica_runs, reloaded_accuracy, loop):
     result, run_dir = two_replica_runs[loop]
     assert sorted(p.name for p in run_dir.iterdir()) == [
         "config.resolved.yaml", "config.yaml", "metrics.csv", "model.keras", "plan.json", "startup.log",
@@ -61,7 +70,7 @@ def test_two_replica_run_writes_a_complete_run_directory(two_replica_runs, loop)
     plan = json.loads((run_dir / "plan.json").read_text())
     assert plan["strategy"]["devices"] == ["/cpu:0", "/cpu:1"]
     # the saved model is the trained one: evaluating it gives the recorded validation accuracy
-    assert evaluate(run_dir / "model.keras") == pytest.approx(summary["final_metrics"]["val_accuracy"], abs=2e-3)
+    assert reloaded_accuracy[loop] == pytest.approx(summary["final_metrics"]["val_accuracy"], abs=2e-3)
 
 
 @pytest.mark.slow
@@ -69,15 +78,6 @@ def test_both_loops_reach_the_same_accuracy(two_replica_runs):
     acc = {loop: json.loads((d / "summary.json").read_text())["final_metrics"]["val_accuracy"]
            for loop, (_, d) in two_replica_runs.items()}
     assert abs(acc["fit"] - acc["custom"]) <= 0.01, acc
-
-
-@pytest.mark.slow
-def test_seed_recipe_as_shipped_reaches_088(tmp_path):
-    result = run_cli("run", "recipes/mnist.yaml", "--output-dir", str(tmp_path))
-    assert result.returncode == 0, result.stderr[-4000:]
-    summary = json.loads((only_run_dir(tmp_path) / "summary.json").read_text())
-    assert summary["epochs_completed"] == 10 and summary["global_batch_size"] == 4096
-    assert summary["final_metrics"]["val_accuracy"] >= 0.88
 
 
 @pytest.mark.slow
@@ -109,6 +109,7 @@ def test_nan_loss_stops_with_exit_7_and_keeps_the_run_directory(tmp_path):
     assert not (run_dir / "model.keras").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("loop", ["fit", "custom"])
 def test_terminate_on_nan_off_trains_on_in_both_loops(tmp_path, loop):
     result = run_cli("run", "recipes/mnist.yaml", "--set", f"train.loop={loop}", "--set", "train.terminate_on_nan=false",

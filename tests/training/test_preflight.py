@@ -90,6 +90,7 @@ def test_plan_checks_take_well_under_a_second_without_tensorflow(tmp_path):
     assert max(found["seconds"]) < 1.0, found["seconds"]
 
 
+@pytest.mark.slow
 def test_file_parsed_keras_names_equal_the_imported_modules():
     """The names `plan` reads from Keras's files are exactly the classes the imported modules export."""
     result = run_python("""
@@ -164,6 +165,7 @@ def test_plan_help_says_workers_starts_nothing():
     assert "--dry-run" in run_cli("run", "--help").stdout
 
 
+@pytest.mark.slow
 def test_dry_run_checks_everything_and_writes_nothing(tmp_path):
     out = tmp_path / "runs"
     result = run_cli("run", str(ROOT / BREAST), "--dry-run", "--output-dir", str(out), cwd=tmp_path)
@@ -174,6 +176,7 @@ def test_dry_run_checks_everything_and_writes_nothing(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # no start-up log, cache or run directory anywhere here
 
 
+@pytest.mark.slow
 def test_dry_run_with_resume_of_a_new_directory_creates_nothing(tmp_path):
     target = tmp_path / "requeued"
     result = run_cli("run", BREAST, "--dry-run", "--resume", str(target))
@@ -182,6 +185,7 @@ def test_dry_run_with_resume_of_a_new_directory_creates_nothing(tmp_path):
     assert not target.exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sets, fragment", [
     (["model.layers=[{Conv2D: {filters: 4, kernel_size: 3}}, Flatten, {Dense: {units: 1, activation: sigmoid}}]"],
      "model.layers: the layers do not fit inputs of shape (30,)"),

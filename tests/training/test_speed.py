@@ -45,6 +45,7 @@ def runs(two_replica_runs):
             for loop, (result, run_dir) in two_replica_runs.items()}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("loop", ["fit", "custom"])
 def test_summary_records_the_speed_choices(runs, loop):
     result, summary, _ = runs[loop]
@@ -65,6 +66,7 @@ def test_summary_records_the_speed_choices(runs, loop):
     assert summary["samples_per_second"] == pytest.approx(22699 / steady["train_seconds"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("loop", ["fit", "custom"])
 def test_metrics_csv_has_the_timing_columns(runs, loop):
     rows = runs[loop][2]
@@ -74,6 +76,7 @@ def test_metrics_csv_has_the_timing_columns(runs, loop):
         assert float(r["samples_per_second"]) == pytest.approx(22699 / float(r["train_seconds"]), rel=1e-6)
 
 
+@pytest.mark.slow
 def test_custom_loop_traces_each_step_function_once(runs):
     # 89 steps per epoch in calls of 32, 32 and 25, a partial last batch (22699 = 88 x 256 + 171)
     # and two epochs: still one trace each, because the step count is a tensor and the batch
@@ -126,10 +129,14 @@ def test_benchmark_harness_writes_the_table_json_and_ratios_and_survives_a_crash
 
 
 @pytest.mark.slow
-def test_sources_benchmark_writes_its_table_with_every_variant(tmp_path):
+def test_sources_benchmark_writes_its_table_with_every_variant(tmp_path, mnist_png, mnist_tfrecord):
     out = tmp_path / "bench"
+    work = tmp_path / "work"  # the PNG folder and TFRecord shards the suite wrote once (the script reuses them)
+    work.mkdir()
+    (work / "mnist_png").symlink_to(mnist_png)
+    (work / "mnist_tfrecord").symlink_to(mnist_tfrecord)
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "sources.py"), "--repeats", "1", "--epochs", "2",
-                           "--replicas", "1", "--batch", "512", "--work", str(tmp_path / "work"), "--out", str(out)],
+                           "--replicas", "1", "--batch", "512", "--work", str(work), "--out", str(out)],
                           cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = json.loads((out / "sources.json").read_text())

@@ -226,6 +226,7 @@ def test_without_a_seed_a_resumed_run_keeps_its_data_seed(tmp_path):
     assert "has ended" in s["restarts"][0]["previous_status_stale"]
 
 
+@pytest.mark.slow
 def test_summary_is_the_one_state_file(two_replica_runs):
     """The commit record, the status, the data seed and the epochs live in summary.json; no other state file."""
     for loop, (_, run_dir) in two_replica_runs.items():
