@@ -188,13 +188,16 @@ def test_cuda_visible_rules():
 
 
 def test_planning_imports_no_tensorflow():
+    """Nor Keras, nor NumPy: `tfgpu plan recipes/mnist.yaml` (the checks and the plan) imports none of them."""
     result = run_python("""
         import sys, tfgpu, tfgpu.cli, tfgpu.devices.plan, tfgpu.devices.probe, tfgpu.data, tfgpu.model.keras_model, tfgpu.training.runner
         from tfgpu.config import load_config
         from tfgpu.devices.plan import make_plan
         from tfgpu.devices.probe import probe
         make_plan(load_config('recipes/mnist.yaml'), probe())
-        heavy = [m for m in ('tensorflow', 'keras') if m in sys.modules]
+        from click.testing import CliRunner
+        assert CliRunner().invoke(tfgpu.cli.main, ['plan', 'recipes/mnist.yaml']).exit_code == 0  # its checks too
+        heavy = [m for m in ('tensorflow', 'keras', 'numpy') if m in sys.modules]
         print('imported:', heavy)
     """)
     assert result.returncode == 0, result.stderr
