@@ -48,7 +48,8 @@ def final(run_dir) -> dict:
 
 @pytest.fixture(scope="module")
 def jax_and_tf_runs(tmp_path_factory):
-    """The seed recipe trained twice from the same seed: on JAX (no TensorFlow) and on TensorFlow."""
+    """The seed recipe trained twice from the same seed: on JAX (no TensorFlow) and on TensorFlow. Trains its own
+    runs: no shared run uses JAX, and the TensorFlow twin must match its batch of 64 per replica."""
     jax_parent, tf_parent = tmp_path_factory.mktemp("jax"), tmp_path_factory.mktemp("tf")
     on_jax = run_without_tf("run", *SEED, "--set", "backend=jax", "--output-dir", str(jax_parent))
     assert on_jax.returncode == 0, f"{on_jax.stdout}\n{on_jax.stderr[-4000:]}"
@@ -153,7 +154,8 @@ def test_a_jax_run_exports_what_keras_exports_on_jax_and_refuses_the_rest(jax_an
 @pytest.mark.slow
 def test_an_uneven_last_batch_is_padded_not_dropped_and_metrics_stay_exact():
     """1,001 validation samples on 2 devices, global batch 64: the last batch of 41 is padded to 42 with a
-    zero-weight sample; accuracy equals the one computed without any distribution (keras-team/keras#21167)."""
+    zero-weight sample; accuracy equals the one computed without any distribution (keras-team/keras#21167).
+    Trains its own model: a one-layer model on JAX over 1,001 random samples, which no shared run uses."""
     code = """
         import sys; sys.modules['tensorflow'] = None
         import numpy as np, tfgpu
@@ -248,7 +250,8 @@ def test_keras_imported_with_tensorflow_first_is_refused_with_the_reason():
 
 @pytest.mark.slow
 def test_sigterm_on_jax_saves_exits_75_and_resume_finishes_without_tensorflow(tmp_path):
-    """Checkpoints (Keras's BackupAndRestore files) and --resume on JAX: the same contract as on TensorFlow."""
+    """Checkpoints (Keras's BackupAndRestore files) and --resume on JAX: the same contract as on TensorFlow.
+    Trains its own run: it sends SIGTERM mid-training on JAX and resumes, which a shared run must not suffer."""
     from .training.test_faults import checkpoint_at, epochs_in, summary_of, wait_for  # noqa: PLC0415
 
     args = ["run", "recipes/mnist_jax.yaml", "--set", "devices.cpu_logical_devices=2", "--set",

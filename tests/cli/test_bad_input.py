@@ -1054,6 +1054,8 @@ def test_cli_loss_that_does_not_fit_the_labels_exits_3_and_writes_nothing(tmp_pa
 
 @pytest.mark.slow
 def test_cli_nan_loss_in_the_custom_loop_exits_7_and_keeps_the_run(tmp_path):
+    """A custom-loop run whose loss becomes NaN exits 7 and keeps its run directory, without a model. Trains its
+    own run: its loss must become NaN, which a shared run's must not."""
     result = run_cli("run", RECIPE, "--set", "train.loop=custom", "--set", "train.epochs=2",
                      "--set", "train.batch_size_per_replica=512",
                      "--set", "model.optimizer={name: sgd, learning_rate: 1.0e+12}", "--output-dir", str(tmp_path))
@@ -1090,6 +1092,8 @@ def test_setup_after_tensorflow_initialised_by_a_keras_model():
 
 @pytest.mark.slow
 def test_ctrl_c_keeps_the_run_directory_and_exits_130(tmp_path):
+    """Ctrl-C (SIGINT) after an epoch: exit 130, the run directory kept as interrupted with its finished epochs.
+    Trains its own run: it interrupts the training, which a shared run must not suffer."""
     out, err = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
     runs = tmp_path / "runs"
     with out.open("w") as stdout, err.open("w") as stderr:

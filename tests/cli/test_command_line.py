@@ -120,6 +120,9 @@ def test_epoch_lines_round_the_timing_figures_and_keep_the_metrics():
 @pytest.mark.slow
 @pytest.mark.parametrize("loop", ["fit", "custom"])
 def test_a_real_run_prints_rounded_epoch_lines_and_keeps_full_values(tmp_path, loop):
+    """A one-epoch run prints its epoch line with rounded timing figures, and metrics.csv keeps the full values.
+    Trains its own runs: one epoch per loop with train.progress=epoch, whose one 'Epoch 1/1' line no shared run
+    prints."""
     result = run_cli("run", RECIPE, "--set", "train.epochs=1", "--set", f"train.loop={loop}",
                      "--set", "train.progress=epoch", "--output-dir", str(tmp_path))
     assert result.returncode == 0, result.stderr[-3000:]

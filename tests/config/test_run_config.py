@@ -129,7 +129,8 @@ def test_resume_compares_with_the_values_the_checkpoint_was_trained_with(tmp_pat
 @pytest.mark.slow
 def test_a_real_run_replays_with_the_same_plan(tmp_path):
     """`tfgpu run`, then `tfgpu plan RUN_DIR/config.yaml`: the same environment and warnings as the run's plan.json
-    (here: the user's TF_CPP_MIN_LOG_LEVEL is kept, and no warning about memory keys the recipe never set)."""
+    (here: the user's TF_CPP_MIN_LOG_LEVEL is kept, and no warning about memory keys the recipe never set).
+    Trains its own run: it trains under the user's TF_CPP_MIN_LOG_LEVEL, which no shared run sets."""
     env = {"TF_CPP_MIN_LOG_LEVEL": "1"}
     result = run_cli("run", SEED, "--set", "train.epochs=1", "--set", "train.batch_size_per_replica=2048",
                      "--set", "output.save_model=false", "--output-dir", str(tmp_path / "runs"), **env)

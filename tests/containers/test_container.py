@@ -272,6 +272,9 @@ def test_plan_shows_the_plan(image):
 
 @pytest.mark.parametrize("user", [None, "4321:4321"], ids=["image-user", "--user"])
 def test_run_leaves_its_run_directory_on_the_host(image, runs_dir, user):
+    """``run`` in the container leaves a completed run directory on the host, owned by the image's user (or
+    --user's) and readable by every host user. Trains its own run: the files of a run trained inside the container
+    are the subject, and the shared runs are trained on the host."""
     options = mounts(runs_dir)
     owner = IMAGE_USER
     if user:
@@ -297,7 +300,8 @@ def test_run_leaves_its_run_directory_on_the_host(image, runs_dir, user):
 def test_predict_and_export_a_run_in_the_container(image, runs_dir):
     """A run trained in the container, then ``predict`` on the mounted MNIST's test split (its validation data: the
     accuracy must be the run's val_accuracy, to one sample of 10,000) and ``export savedmodel`` (TF Serving's layout,
-    verified in TensorFlow's loader), each in a new container."""
+    verified in TensorFlow's loader), each in a new container. Trains its own run: the shared runs are trained on the
+    host, and this checks training, predict and export inside the image."""
     options = tuple(mounts(runs_dir))
     trained = run_image("run", "recipes/mnist.yaml", "--set", "train.epochs=1", options=options)
     assert trained.returncode == 0, f"{trained.stdout}\n{trained.stderr[-3000:]}"
@@ -337,6 +341,8 @@ def test_run_without_the_data_mount_names_the_mount(image, runs_dir):
 
 
 def test_sigint_stops_the_run_with_130_and_keeps_it(image, runs_dir):
+    """SIGINT during training in the container: exit 130 and the run kept (interrupted); the health check passes
+    beside the training. Trains its own run: it interrupts the training, which a shared run must not suffer."""
     with Detached("run", "recipes/mnist.yaml", "--set", "train.epochs=50",
                   options=("--init", *mounts(runs_dir))) as container:
         run_dir = wait_for_training(runs_dir, container)
@@ -351,6 +357,9 @@ def test_sigint_stops_the_run_with_130_and_keeps_it(image, runs_dir):
 
 
 def test_sigterm_saves_a_checkpoint_exits_75_and_the_run_resumes(image, runs_dir):
+    """``podman stop`` (SIGTERM) after an epoch: a checkpoint, exit 75 (preempted), and ``run --resume`` in a new
+    container completes the run. Trains its own run: it stops the training with SIGTERM and resumes it, which a
+    shared run must not suffer."""
     with Detached("run", "recipes/mnist.yaml", "--set", "train.epochs=4",
                   options=("--init", *mounts(runs_dir))) as container:
         run_dir = wait_for_training(runs_dir, container, epochs_done=1)

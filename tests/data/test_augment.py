@@ -111,6 +111,8 @@ def test_augmentation_changes_training_batches_only_and_is_seeded():
 @pytest.mark.slow
 @pytest.mark.parametrize("loop,placement", [("fit", "pipeline"), ("custom", "model")])
 def test_mnist_trains_with_augmentation_at_two_replicas(tmp_path, loop, placement):
+    """MNIST learns through augmentation on two replicas, in the pipeline (fit) or in the model (custom).
+    Trains its own run: the setting under test (augmentation layers) changes the training."""
     path = recipe(tmp_path, augment=AUGMENT, augment_on=placement)
     out = tmp_path / "runs"
     result = run_cli("run", str(path), "--set", "devices.cpu_logical_devices=2", "--set", "train.epochs=3",

@@ -76,6 +76,9 @@ def test_unknown_class_or_regression_fails_before_anything_is_written(tmp_path, 
 
 @pytest.mark.slow
 def test_balanced_class_weight_trains_alike_with_both_loops(tmp_path):
+    """Balanced class weights give the same loss with both loops, and another loss than unweighted training.
+    Trains its own runs: the setting under test (train.class_weight) changes the training, and its unweighted
+    baseline runs on two replicas like them, which breast_run does not."""
     runs = {}
     for loop, setting in (("fit", "balanced"), ("custom", "balanced"), ("fit", None)):
         out = tmp_path / f"{loop}-{setting}"

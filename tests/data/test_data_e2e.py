@@ -44,7 +44,8 @@ def evaluate(run_dir: Path, *sets: str) -> dict:
 
 @pytest.fixture(scope="module")
 def mnist_runs(tmp_path_factory, mnist_png, mnist_tfrecord):
-    """The same CNN trained on MNIST from three sources, 2 replicas x 128, 2 epochs: ``{source: (run_dir, summary)}``."""
+    """The same CNN trained on MNIST from three sources, 2 replicas x 128, 2 epochs: ``{source: (run_dir, summary)}``.
+    Trains its own runs: no shared run reads the data kinds under test (arrays, the full PNG folder, TFRecord)."""
     runs = {}
     setups = {
         "npz": ("recipes/mnist_arrays.yaml", ["--set", "train.loop=fit"]),
@@ -81,6 +82,8 @@ def test_mnist_from_each_source_reaches_095_on_two_replicas(mnist_runs, source):
 
 @pytest.mark.slow
 def test_tfds_dataset_prepared_locally_trains_and_evaluates(tmp_path, mnist_tfds):
+    """MNIST prepared as a local TFDS dataset trains to 0.95 on two replicas, and evaluate reproduces its figure.
+    Trains its own run: no shared run reads a TFDS dataset (the data kind under test)."""
     run_dir, s = train(tmp_path, "recipes/mnist_tfds.yaml", *TWO_REPLICAS, "--set", f"data.data_dir={mnist_tfds}")
     assert s["data"]["kind"] == "tfds" and s["data"]["class_names"] == [str(d) for d in range(10)]
     assert s["data"]["tfds_splits"] == {"train": "train[:90%]", "validation": "train[90%:]", "test": "test"}
@@ -110,6 +113,8 @@ def test_evaluate_reproduces_the_recorded_accuracy_to_4_decimals(mnist_runs, tmp
 
 @pytest.mark.slow
 def test_streamed_sources_train_without_the_memory_cache(tmp_path, mnist_png, mnist_tfrecord):
+    """An image folder with data.cache false and TFRecords cached in a folder train without the memory cache.
+    Trains its own runs: the settings under test (data.cache off or on disk) change how training reads its data."""
     # cache: false reads and decodes every epoch; a folder caches on disk (tf.data's cache files).
     _, s = train(tmp_path / "a", "recipes/mnist_images.yaml", "--set", f"data.path={mnist_png / 'train'}",
                  "--set", "data.test_path=null", "--set", "data.cache=false", "--set", "train.epochs=1",
@@ -125,6 +130,8 @@ def test_streamed_sources_train_without_the_memory_cache(tmp_path, mnist_png, mn
 
 @pytest.mark.slow
 def test_breast_cancer_recipe_as_shipped_and_the_model_takes_raw_features(tmp_path):
+    """The breast-cancer recipe as shipped reaches 0.95, and its model.keras takes raw CSV features.
+    Trains its own run: it checks the recipe as shipped (30 epochs), where breast_run stops at 5."""
     run_dir, s = train(tmp_path, "recipes/breast_cancer.yaml")
     assert s["final_metrics"]["val_accuracy"] >= 0.95, s["final_metrics"]
     assert s["data"]["normalize"] is True and s["model"]["layers"][0] == "Normalization"
@@ -142,6 +149,8 @@ def test_breast_cancer_recipe_as_shipped_and_the_model_takes_raw_features(tmp_pa
 
 @pytest.mark.slow
 def test_builder_recipe_trains_and_evaluates(tmp_path):
+    """The builder recipe (tf.data code) trains to 0.95 and evaluate reproduces its test figure.
+    Trains its own run: no shared run reads a builder (the data kind under test)."""
     run_dir, s = train(tmp_path, "recipes/mnist_builder.yaml", "--set", "train.epochs=2")
     assert s["data"]["kind"] == "builder" and s["data"]["splits"]["train"].startswith("recipes.data_builders:mnist(")
     assert s["data"]["validation_samples"] == 2000 and s["data"]["test_samples"] == 10000
@@ -152,6 +161,8 @@ def test_builder_recipe_trains_and_evaluates(tmp_path):
 
 @pytest.mark.slow
 def test_arrays_regression_recipe_trains_and_evaluates(tmp_path):
+    """The tumour-area regression on arrays beats guessing the mean fivefold, and evaluate reproduces its MAE.
+    Trains its own run: no shared run is a regression (the task under test) on arrays."""
     from recipes.make_examples import write_area_npz
 
     npz = write_area_npz(tmp_path / "area.npz")
@@ -167,6 +178,8 @@ def test_arrays_regression_recipe_trains_and_evaluates(tmp_path):
 
 @pytest.mark.slow
 def test_keras_builtin_in_cifar_layout(tmp_path):
+    """The CIFAR-10 recipe trains on digits written in CIFAR's pickle layout and reaches 0.85 test accuracy.
+    Trains its own run: no shared run reads a Keras built-in in CIFAR's layout (the data kind under test)."""
     from .test_sources import _cifar_batch, _digits_as_cifar
 
     folder = tmp_path / "cifar10" / "cifar-10-batches-py"
@@ -201,7 +214,8 @@ for logs in sys.argv[1:]:
 @pytest.fixture(scope="module")
 def tensorboard_runs(tmp_path_factory) -> dict:
     """A run per loop with TensorBoard logs and a profile, and their logs read back by TensorFlow in one process:
-    ``{loop: (summary, run_dir, tags)}``."""
+    ``{loop: (summary, run_dir, tags)}``. Trains its own runs: the settings under test (output.tensorboard,
+    train.profile_steps) are ones no shared run has."""
     runs = {}
     for loop in ("fit", "custom"):
         runs[loop] = train(tmp_path_factory.mktemp(f"tensorboard-{loop}"), "recipes/mnist.yaml",
@@ -282,6 +296,8 @@ def test_readers_shard_by_file_for_several_workers(pipeline_reads):
 @pytest.mark.slow
 @pytest.mark.parametrize("loop", ["fit", "custom"])
 def test_a_source_without_validation_data_trains_on(tmp_path, loop):
+    """Without validation data both loops train on all 569 rows and record no val_ metrics.
+    Trains its own run: the setting under test (data.validation_split null) changes the training."""
     run_dir, s = train(tmp_path, "recipes/breast_cancer.yaml", "--set", "data.validation_split=null",
                        "--set", "train.epochs=3", "--set", f"train.loop={loop}")
     assert s["data"]["validation_samples"] == 0 and s["data"]["train_samples"] == 569

@@ -173,7 +173,8 @@ def test_arrays_weights_follow_their_samples(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("loop,replicas", [("fit", 1), ("custom", 2)])
 def test_zero_weights_train_nothing_with_either_loop(tmp_path, loop, replicas):
-    """All weights 0: the training loss is 0 and the model does not change (val_loss is the same every epoch)."""
+    """All weights 0: the training loss is 0 and the model does not change (val_loss is the same every epoch).
+    Trains its own run: the setting under test (data.sample_weight, all 0) changes the training."""
     path = recipe(tmp_path, weighted_csv(tmp_path, lambda i, r: 0), sample_weight="weight")
     result = run_cli("run", str(path), "--set", "train.epochs=3", "--set", f"train.loop={loop}",
                      "--set", f"devices.cpu_logical_devices={replicas}", "--output-dir", str(tmp_path / "runs"))

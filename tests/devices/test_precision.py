@@ -141,6 +141,8 @@ def test_the_probe_reads_this_cpus_flags():
 @pytest.mark.skipif("avx512_bf16" not in (read_cpu()[1] or ()) and "amx_bf16" not in (read_cpu()[1] or ()),
                     reason="this CPU has no bfloat16 instructions, so auto is float32")
 def test_auto_trains_in_bfloat16_on_a_cpu_with_bfloat16_instructions(tmp_path):
+    """On a CPU with bfloat16 instructions, mixed_precision auto trains in mixed_bfloat16 and summary.json says why.
+    Trains its own run: the precision under test (mixed_bfloat16) is one no shared run has."""
     result = run_cli("run", "recipes/mnist.yaml", *TWO_REPLICAS, "--set", "tensorflow.mixed_precision=auto",
                      "--set", "train.loop=custom", "--output-dir", str(tmp_path))
     assert result.returncode == 0, result.stderr

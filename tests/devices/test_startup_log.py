@@ -190,6 +190,8 @@ def test_setup_holds_tensorflows_start_up_lines_in_a_file_and_restores_fd_2():
 
 @pytest.mark.slow
 def test_log_level_0_prints_every_start_up_line_and_holds_nothing_back(tmp_path):
+    """tensorflow.log_level 0 prints TensorFlow's start-up lines and holds nothing back in startup.log.
+    Trains its own run: every shared run keeps the default log level 2, not the level 0 under test."""
     # The default (2) holding them back into RUN_DIR/startup.log is checked on the shared e2e runs (test_e2e.py).
     loud = run_cli("run", str(RECIPES / "mnist.yaml"), "--set", "train.epochs=1", "--set", "tensorflow.log_level=0",
                    "--output-dir", str(tmp_path))

@@ -54,7 +54,8 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     ``runs/sweep/trials/`` a real failed run (learning rate 1e30: the loss is NaN in epoch 1, exit 7) and
     copies of the first made into what else a user's folder holds: ``killed`` (its process was killed:
     summary.json still says running), ``old`` (an older tfgpu: no config.resolved.yaml, fewer summary keys)
-    and ``jax`` (trained on JAX)."""
+    and ``jax`` (trained on JAX). Trains its own runs: the comparison needs runs that differ only in their learning
+    rate, and a failed one, which the shared runs are not."""
     work = tmp_path_factory.mktemp("work")
     parent = work / "runs"
     out = {"work": work, "parent": parent}

@@ -181,7 +181,8 @@ def test_a_metric_the_run_does_not_log_stops_the_sweep_at_the_first_trial(tmp_pa
 
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory):
-    """A 4-trial sweep, 2 CPU slots at a time, then its best.yaml run again."""
+    """A 4-trial sweep, 2 CPU slots at a time, then its best.yaml run again. Trains its own runs: the sweep's trials
+    and the best.yaml rerun are the subject."""
     tmp = tmp_path_factory.mktemp("sweep")
     recipe = sweep_recipe(tmp, trials=4, epochs=6)
     started = time.perf_counter()
@@ -261,6 +262,8 @@ def test_the_trial_command_is_pinned_to_its_slot_and_linked_to_its_study(finishe
 
 @pytest.mark.slow
 def test_pruning_stops_a_hopeless_trial(tmp_path):
+    """The median pruner stops the trial with a hopeless learning rate after its warm-up, and the sweep says so.
+    Trains its own runs: the sweep's trials are the subject."""
     good, hopeless = 0.01, 1.0e-6
     recipe = sweep_recipe(tmp_path, epochs=12, trials=2, sampler="random", metric="val_loss",
                           parameters={"model.optimizer.learning_rate": {"log_uniform": [1.0e-7, 0.1]},
@@ -307,6 +310,8 @@ def _status_when_stopped(run_dir: Path) -> dict:
 
 @pytest.mark.slow
 def test_a_sweep_stopped_then_killed_mid_trial_resumes_keeping_finished_trials(tmp_path):
+    """A sweep stopped by SIGTERM, then SIGKILLed, mid-trial resumes that trial from its checkpoint and keeps the
+    finished one. Trains its own runs: it stops and kills the sweep mid-trial, which a shared run must not suffer."""
     recipe = sweep_recipe(tmp_path, epochs=40, trials=2, sampler="random", pruner="none")
     sweep = _sweep_until([str(recipe), "--output-dir", "runs"], tmp_path, trial=1, epochs=3)
     sweep.send_signal(signal.SIGTERM)  # the sweep stops its trial with SIGTERM: a checkpoint, exit 75
@@ -345,6 +350,8 @@ def test_a_sweep_stopped_then_killed_mid_trial_resumes_keeping_finished_trials(t
 
 @pytest.mark.slow
 def test_two_sweep_processes_on_one_storage_share_the_trials_without_duplicates(tmp_path):
+    """Two sweep processes on one journal storage run each of the study's 5 trials once, both doing some.
+    Trains its own runs: the two sweeps' trials are the subject."""
     recipe = sweep_recipe(tmp_path, epochs=3, trials=5, sampler="random")
     storage = tmp_path / "shared.journal"
     procs = [subprocess.Popen([sys.executable, "-m", "tfgpu.cli", "sweep", str(recipe), "--storage", str(storage),

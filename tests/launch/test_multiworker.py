@@ -38,7 +38,8 @@ def check_one_run_dir(parent: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def two_worker_runs(tmp_path_factory):
-    """`tfgpu run recipes/mnist.yaml --workers 2`, 128 per replica, 2 epochs, each loop: ``{loop: (result, dir)}``."""
+    """`tfgpu run recipes/mnist.yaml --workers 2`, 128 per replica, 2 epochs, each loop: ``{loop: (result, dir)}``.
+    Trains its own runs: two worker processes, where the shared two_replica_runs are one process."""
     out = {}
     for loop in ("fit", "custom"):
         parent = tmp_path_factory.mktemp(f"workers-{loop}")
@@ -81,7 +82,8 @@ def test_two_workers_reach_the_accuracy_of_one_worker(two_worker_runs, two_repli
 @pytest.mark.slow
 def test_mnist_recipe_on_two_workers_reaches_088_with_the_custom_loop(tmp_path):
     """The recipe as shipped (4096 per replica, 10 epochs): the issue's bar. (With fit, the same run on two
-    workers with a worker killed and restarted reaches it too: test_faults.py.)"""
+    workers with a worker killed and restarted reaches it too: test_faults.py.) Trains its own run: the recipe as
+    shipped, on two workers, which no shared run is."""
     loop = "custom"
     result = run_cli("run", "recipes/mnist.yaml", "--workers", "2", "--set", f"train.loop={loop}",
                      "--output-dir", str(tmp_path))
@@ -104,6 +106,8 @@ def _pid_of_worker(run_dir: Path, index: int, timeout: float = 120) -> int:
 
 @pytest.mark.slow
 def test_a_killed_worker_with_no_restart_left_fails_the_run_cleanly_and_keeps_its_log(tmp_path):
+    """A worker SIGKILLed mid-training with no restart left: exit 10, the run failed naming the worker, its log
+    kept. Trains its own run: it kills a worker mid-training, which a shared run must not suffer."""
     process = subprocess.Popen(
         [sys.executable, "-m", "tfgpu", "run", "recipes/mnist.yaml", "--workers", "2", "--max-restarts", "0",
          "--set", "train.epochs=40",
@@ -134,7 +138,8 @@ def test_a_killed_worker_with_no_restart_left_fails_the_run_cleanly_and_keeps_it
 
 @pytest.mark.slow
 def test_slurm_step_of_two_local_tasks_trains_as_two_workers(tmp_path):
-    """What srun -N1 -n2 would set (node list 127.0.0.1), resolved by tfgpu in two real processes."""
+    """What srun -N1 -n2 would set (node list 127.0.0.1), resolved by tfgpu in two real processes. Trains its own
+    run: two processes that find each other from Slurm's variables, which no shared run does."""
     port = free_ports(1)[0]
     while port > 65000:
         port = free_ports(1)[0]
@@ -159,6 +164,8 @@ def test_slurm_step_of_two_local_tasks_trains_as_two_workers(tmp_path):
 
 @pytest.mark.slow
 def test_file_sharding_between_two_workers_for_tfrecord_shards(tmp_path, mnist_tfrecord):
+    """Two workers split TFRecord shards by file (the FILE policy) and reach 0.9. Trains its own run: TFRecord
+    shards on two workers, which no shared run reads."""
     result = run_cli("run", "recipes/mnist_tfrecord.yaml", "--workers", "2", "--set", "train.epochs=1",
                      "--set", "train.batch_size_per_replica=128", "--set", "data.cache=false",
                      "--set", f"data.path={mnist_tfrecord}/train-*.tfrecord",
@@ -199,6 +206,9 @@ def test_launch_with_the_defaults_keeps_one_logical_cpu():
 
 @pytest.mark.slow
 def test_launch_trains_a_plain_keras_script_and_setup_inside_is_a_no_op():
+    """``tfgpu launch`` gives a plain Keras script's model.fit two logical CPUs, and a script's own tfgpu.setup()
+    returns what the bootstrap applied. Trains its own model: an unmodified script under tfgpu launch is the
+    subject, not a tfgpu run."""
     result = launch("--set", "devices.cpu_logical_devices=2", "--", str(SCRIPTS / "plain_fit.py"))
     assert result.returncode == 0, result.stderr[-3000:]
     assert "replicas 2" in result.stdout
@@ -211,6 +221,8 @@ def test_launch_trains_a_plain_keras_script_and_setup_inside_is_a_no_op():
 
 @pytest.mark.slow
 def test_launch_two_workers_runs_an_unmodified_multi_worker_fit(tmp_path):
+    """``tfgpu launch --workers 2`` runs an unmodified MultiWorkerMirroredStrategy script; the workers agree on the
+    accuracy. Trains its own model: an unmodified script on two launched workers is the subject, not a tfgpu run."""
     result = launch("--workers", "2", "--log-dir", str(tmp_path), "--", str(SCRIPTS / "mwms_fit.py"))
     assert result.returncode == 0, result.stderr[-3000:]
     logs = [(tmp_path / f"worker-{i}.log").read_text() for i in (0, 1)]

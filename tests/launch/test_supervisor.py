@@ -159,6 +159,8 @@ def test_a_workers_own_code_is_passed_on_by_run_and_launch_without_a_restart(tmp
 
 @pytest.mark.slow
 def test_a_worker_crash_after_the_run_completed_is_no_failure_and_no_restart(tmp_path):
+    """A worker that dies of SIGSEGV after the run completed: exit 0, no restart, the crash noted once as a
+    warning. Trains its own run: a fault injected into one of its two workers is the subject."""
     result = run_workers("--set", "train.epochs=2", "--output-dir", str(tmp_path),
                          TFGPU_WORKER_PYTHON=FAULTY, TEST_FAULT="segv_after", TEST_FAULT_WORKER="1")
     assert result.returncode == 0, result.stderr[-3000:]
@@ -190,7 +192,8 @@ def _fake_scontrol(tmp_path: Path) -> tuple[dict[str, str], Path]:
 @pytest.mark.slow
 def test_the_requeue_signal_to_run_workers_saves_a_checkpoint_and_exits_75(tmp_path):
     """SIGUSR1 (Slurm's --signal=USR1@...) to the supervisor mid-training: forwarded, the workers agree on a step,
-    save and exit 75; the chief alone asks Slurm to requeue; the supervisor says how to resume."""
+    save and exit 75; the chief alone asks Slurm to requeue; the supervisor says how to resume. Trains its own run:
+    it sends SIGUSR1 mid-training, which a shared run must not suffer."""
     slurm, calls = _fake_scontrol(tmp_path)
     out_dir = tmp_path / "runs"
     process = start(RECIPE, "--workers", "2", *LONG, "--output-dir", str(out_dir), **slurm)
@@ -215,6 +218,8 @@ def test_the_requeue_signal_to_run_workers_saves_a_checkpoint_and_exits_75(tmp_p
 
 @pytest.mark.slow
 def test_workers_die_with_a_sigkilled_run_supervisor(tmp_path):
+    """SIGKILL to the supervisor of ``tfgpu run --workers 2`` mid-training: no worker outlives it. Trains its own
+    run: it kills the supervisor mid-training, which a shared run must not suffer."""
     # No progress lines: a chief that prints would die of the broken pipe to its supervisor anyway, and its peer
     # of the lost collective; quiet workers train on unless the kernel kills them (PR_SET_PDEATHSIG).
     process = start(RECIPE, "--workers", "2", *LONG, "--set", "train.progress=none", "--output-dir", str(tmp_path))

@@ -108,6 +108,8 @@ def test_preprocessing_layers_equal_each_applications_preprocess_input():
 
 @pytest.mark.slow
 def test_a_mobilenet_backbone_trains_on_two_replicas_and_model_keras_reloads(tmp_path, digits):
+    """A MobileNetV3Small backbone trains on 2 replicas; model.keras reloads in plain Keras and evaluate agrees.
+    Trains its own run: the backbone under test (model.application) is one no shared run has."""
     out = tmp_path / "runs"
     result = run_cli("run", str(recipe(tmp_path, digits, APP)), "--set", "devices.cpu_logical_devices=2",
                      "--output-dir", str(out))
@@ -134,7 +136,8 @@ def test_a_mobilenet_backbone_trains_on_two_replicas_and_model_keras_reloads(tmp
 
 @pytest.mark.slow
 def test_imagenet_weights_offline_name_the_file_and_where_to_put_it(tmp_path, digits):
-    """No network here: the miss is exit 3 naming Keras's file and cache; nothing is written."""
+    """No network here: the miss is exit 3 naming Keras's file and cache; nothing is written.
+    Trains its own run where the weights download (not here): imagenet weights are a setting no shared run has."""
     out = tmp_path / "runs"
     home = tmp_path / "keras_home"
     app = APP.replace("weights: null, args: {minimalistic: true}", "weights: imagenet")

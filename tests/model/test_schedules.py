@@ -158,6 +158,8 @@ TWO_REPLICAS = ["--set", "devices.cpu_logical_devices=2", "--set", "train.batch_
 @pytest.mark.slow
 @pytest.mark.parametrize("loop", ["fit", "custom"])
 def test_warmup_and_cosine_rise_then_fall_and_train_no_worse_than_a_constant_rate(tmp_path, loop):
+    """Warmup then cosine: the rate rises then falls per epoch, and accuracy is no worse than at a constant rate.
+    Trains its own runs: the setting under test (train.lr_schedule, against a constant rate) changes the training."""
     runs = {}
     for name, schedule in (("cosine", "{name: cosine, warmup_epochs: 1.5}"), ("constant", "null")):
         out = tmp_path / name
@@ -184,7 +186,8 @@ def test_warmup_and_cosine_rise_then_fall_and_train_no_worse_than_a_constant_rat
 @pytest.mark.slow
 @pytest.mark.parametrize("loop", ["fit", "custom"])
 def test_resume_continues_the_schedule_at_the_checkpoints_step(tmp_path, loop):
-    """Killed after 2 epochs, resumed: the resumed epochs' rates are the schedule's at their real steps."""
+    """Killed after 2 epochs, resumed: the resumed epochs' rates are the schedule's at their real steps.
+    Trains its own run: it kills and resumes the run, and the schedule under test changes the training."""
     process = start(SEED, "--set", "train.batch_size_per_replica=512", "--set", "train.epochs=4", "--set",
                     f"train.loop={loop}", "--set", "train.lr_schedule={name: cosine, warmup_epochs: 1}",
                     "--output-dir", str(tmp_path))

@@ -70,7 +70,8 @@ def digits(tmp_path_factory) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def first_run(tmp_path_factory, digits) -> Path:
-    """A CNN trained 3 epochs on digits 0-4: the run the others start from."""
+    """A CNN trained 3 epochs on digits 0-4: the run the others start from.
+    Trains its own run: the transfer source must know digits 0-4 only (a 5-unit head), which no shared run does."""
     tmp = tmp_path_factory.mktemp("first")
     run_dir, summary, _ = train(tmp, recipe(tmp, digits["a"]))
     assert summary["final_metrics"]["val_accuracy"] > 0.9
@@ -114,6 +115,8 @@ def test_unfreeze_refusals_say_why(tmp_path, setting, words):
 
 @pytest.mark.slow
 def test_init_from_an_mnist_run_converges_faster_on_other_digits_than_from_scratch(tmp_path, digits, first_run):
+    """A run started from first_run learns digits 5-9 faster than the same run from scratch, and no worse.
+    Trains its own runs: the setting under test (model.init_from) changes the training, against a scratch baseline."""
     path = recipe(tmp_path, digits["b"], head=", name: head_b")
     init_dir, init, out = train(tmp_path, path, "--set", f"model.init_from={first_run}")
     scratch_dir, _, _ = train(tmp_path, path)
@@ -145,7 +148,8 @@ def test_no_matching_layer_and_a_freeze_pattern_matching_nothing_write_nothing(t
 
 @pytest.mark.slow
 def test_init_from_a_weights_file_loads_the_layers_that_fit(tmp_path, digits, first_run):
-    """A .weights.h5 holds no layer names: layers are matched by class and position, and by shape."""
+    """A .weights.h5 holds no layer names: layers are matched by class and position, and by shape.
+    Trains its own run: the setting under test (model.init_from a .weights.h5, narrower layers) changes the training."""
     weights = tmp_path / "first.weights.h5"
     saved = run_python(f"""
         import keras
@@ -174,6 +178,8 @@ def conv_weights(*run_dirs: Path) -> list[list[float]]:
 @pytest.mark.slow
 @pytest.mark.parametrize("loop", ["fit", "custom"])
 def test_freeze_keeps_weights_and_unfreeze_trains_them_at_the_scaled_rate(tmp_path, digits, first_run, loop):
+    """Frozen layers keep first_run's weights; train.unfreeze thaws them after epoch 1 at a tenth of the rate.
+    Trains its own runs: the settings under test (model.freeze, train.unfreeze) change the training."""
     path = recipe(tmp_path, digits["b"], head=", name: head_b")
     frozen_dir, frozen, _ = train(tmp_path, path, "--set", f"model.init_from={first_run}", "--set", f"train.loop={loop}",
                                   "--set", "model.freeze=[conv2d]", "--set", "train.epochs=1")
@@ -193,6 +199,8 @@ def test_freeze_keeps_weights_and_unfreeze_trains_them_at_the_scaled_rate(tmp_pa
 @pytest.mark.slow
 @pytest.mark.parametrize("loop", ["fit", "custom"])
 def test_resume_after_the_unfreeze_epoch_restores_the_second_phase(tmp_path, digits, first_run, loop):
+    """Stopped (SIGTERM) after the unfreeze epoch, --resume goes on at the second phase's rate from the checkpoint.
+    Trains its own run: it stops and resumes the run after the unfreeze epoch, which a shared run must not suffer."""
     out = tmp_path / "runs"
     source = tmp_path / "source.keras"
     shutil.copy(first_run / "model.keras", source)
@@ -218,7 +226,8 @@ def test_resume_after_the_unfreeze_epoch_restores_the_second_phase(tmp_path, dig
 
 @pytest.mark.slow
 def test_unfreeze_on_the_jax_backend_trains_the_frozen_layer_after_the_switch(tmp_path):
-    """Keras on JAX: the recompile at train.unfreeze makes a new jitted step over the thawed variables."""
+    """Keras on JAX: the recompile at train.unfreeze makes a new jitted step over the thawed variables.
+    Trains its own runs: the JAX backend and the freeze/unfreeze under test are settings no shared run has."""
     recipe_file = ROOT / "recipes" / "breast_cancer.yaml"
     common = ("--set", "backend=jax", "--set", "tensorflow.seed=1", "--set", "model.freeze=[dense]",
               "--set", "train.progress=none")

@@ -194,6 +194,8 @@ def assert_metrics_match(client, run_id: str, rows: list[dict]) -> None:
 
 @pytest.mark.slow
 def test_a_run_logs_its_settings_epochs_tags_and_files(tmp_path, server, client):
+    """A run tracked in the MLflow server logs its settings, each epoch's figures, its tags and its files (the model
+    too, with log_model). Trains its own run: MLflow logs while a run trains, and no shared run is tracked."""
     result, run_dir = tracked_run(tmp_path, server, "--set", "output.mlflow.experiment=tfgpu-tests",
                                   "--set", "output.mlflow.log_model=true")
     summary = summary_of(run_dir)
@@ -221,6 +223,8 @@ def test_a_run_logs_its_settings_epochs_tags_and_files(tmp_path, server, client)
 
 @pytest.mark.slow
 def test_a_preempted_run_resumes_into_the_same_mlflow_run(tmp_path, server, client):
+    """SIGTERM mid-training, then ``--resume``: the same MLflow run goes from KILLED to FINISHED, each epoch logged
+    once. Trains its own run: it preempts a tracked run and resumes it, which a shared run must not suffer."""
     out = tmp_path / "runs"
     process = start(RECIPE, "--set", "train.epochs=12", "--set", f"output.mlflow.tracking_uri={server}",
                     "--set", "output.mlflow.experiment=tfgpu-resume", "--output-dir", str(out))
@@ -253,6 +257,9 @@ def test_a_preempted_run_resumes_into_the_same_mlflow_run(tmp_path, server, clie
 
 @pytest.mark.slow
 def test_a_run_with_the_parent_run_id_is_a_child_of_the_sweeps_run(tmp_path, server, client):
+    """A run started with a sweep's parent-run environment is that parent's child, and the custom loop logs its
+    epochs as fit does. Trains its own run: it must train under the parent run's environment, which no shared run
+    has."""
     cfg = load_config(RECIPE, overrides=[f"output.mlflow.tracking_uri={server}",
                                          "output.mlflow.experiment=tfgpu-sweep"])
     parent = tracking.start_parent_run(cfg, "sweep-1", {"space": {"lr": [0.001, 0.1]}, "trials": 1},
@@ -290,6 +297,8 @@ def test_an_unreachable_server_stops_the_run_before_training_with_exit_11(tmp_pa
 
 @pytest.mark.slow
 def test_an_unreachable_server_with_required_false_trains_without_tracking(tmp_path):
+    """An unreachable server with ``required: false``: a warning, then the run trains to the end untracked.
+    Trains its own run: the training after the warning is the subject, and no shared run sets output.mlflow."""
     uri = f"http://127.0.0.1:{free_port()}"
     result = run_cli("run", RECIPE, "--set", "train.epochs=2",
                      "--set", f"output.mlflow={{tracking_uri: '{uri}', required: false}}",
@@ -304,6 +313,8 @@ def test_an_unreachable_server_with_required_false_trains_without_tracking(tmp_p
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # SQLAlchemy 2 on MLflow's store
 def test_a_local_sqlite_store_from_mlflow_tracking_uri_needs_no_server(tmp_path):
+    """``MLFLOW_TRACKING_URI`` naming a local SQLite file tracks the run there, with no server. Trains its own run:
+    MLflow logs while a run trains, and no shared run is tracked."""
     uri = f"sqlite:///{tmp_path / 'local.db'}"
     result = run_cli("run", RECIPE, "--set", "train.epochs=2", "--set", "output.mlflow=true",
                      "--output-dir", str(tmp_path / "runs"), cwd=tmp_path, MLFLOW_TRACKING_URI=uri)
@@ -322,6 +333,8 @@ def test_a_local_sqlite_store_from_mlflow_tracking_uri_needs_no_server(tmp_path)
 
 @pytest.mark.slow
 def test_a_sweep_is_a_run_whose_trials_are_its_child_runs(tmp_path, server, client):
+    """A sweep is a parent MLflow run holding its best value and files, and its two trials are its child runs.
+    Trains its own runs: the sweep's trials are the subject."""
     import csv  # noqa: PLC0415
 
     pytest.importorskip("optuna", reason="the test extra installs optuna (tfgpu[sweep])")

@@ -107,6 +107,8 @@ print("OUT", json.dumps(out))
 
 @pytest.mark.slow
 def test_custom_loop_shortens_calls_over_the_bound_without_retracing():
+    """The custom loop shortens its calls over the bound, without retracing, and warns once.
+    Trains its own models: the call-time bound under test changes how the custom loop trains."""
     result = run_python(CUSTOM)
     assert result.returncode == 0, result.stderr[-3000:]
     runs = json.loads(result.stdout.split("OUT", 1)[1])
@@ -160,6 +162,8 @@ print("OUT", json.dumps(out))
 
 @pytest.mark.slow
 def test_fit_keeps_exact_epochs_on_a_prime_step_count_and_warns_about_a_long_call():
+    """fit keeps exact epochs on a prime step count, and warns once about a call over the bound.
+    Trains its own models: the steps per call and the call-time bound under test change how fit trains."""
     result = run_python(FIT)
     assert result.returncode == 0, result.stderr[-3000:]
     runs = json.loads(result.stdout.split("OUT", 1)[1])

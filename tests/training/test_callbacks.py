@@ -98,6 +98,8 @@ def _hooks(run_dir: Path) -> list[str]:
 @pytest.mark.slow
 @pytest.mark.parametrize("loop,monitor", [("fit", "val_loss"), ("custom", "val_accuracy")])
 def test_early_stopping_keeps_the_best_epoch_and_callbacks_run(tmp_path, loop, monitor):
+    """Early stopping keeps the best epoch's model; ReduceLROnPlateau, ModelCheckpoint and a user's callback run.
+    Trains its own run: the settings under test (early stopping and callbacks) change the training."""
     result = _run(tmp_path, f"train.loop={loop}", "train.progress=epoch",
                   f"train.early_stopping={{patience: 3, restore_best_weights: true, monitor: {monitor}}}",
                   "train.callbacks=[{ReduceLROnPlateau: {patience: 1, factor: 0.5}}, "
@@ -143,7 +145,8 @@ def test_early_stopping_keeps_the_best_epoch_and_callbacks_run(tmp_path, loop, m
 @pytest.mark.slow
 def test_resume_continues_the_count_and_restores_the_best_epoch_from_before_it(tmp_path):
     """Killed as its last epoch begins (the best came earlier), then resumed: the same stop, best epoch and model
-    as a run that was never killed."""
+    as a run that was never killed.
+    Trains its own runs: it kills a run with early stopping and resumes it, which a shared run must not suffer."""
     sets = ("train.progress=epoch", EARLY)
     whole = _run(tmp_path / "whole", *sets)
     assert whole.returncode == 0, whole.stderr[-3000:]

@@ -137,6 +137,8 @@ SEAMS = {
 @pytest.mark.slow
 @pytest.mark.parametrize("seam", list(SEAMS))
 def test_a_full_disk_at_each_write_seam_exits_8_keeps_the_run_and_resume_finishes_it(tmp_path, seam):
+    """A full disk at each write seam exits 8 with one paragraph, leaves no temporary file, and --resume finishes.
+    Trains its own run: it fills the disk under the run's writes and resumes it, which a shared run must not suffer."""
     relative, named, begun = SEAMS[seam]
     run_dir = tmp_path / "run"
     planted = run_dir / relative
@@ -172,7 +174,8 @@ def test_a_full_disk_at_each_write_seam_exits_8_keeps_the_run_and_resume_finishe
 def test_a_commit_record_that_cannot_be_written_exits_8_and_resume_finishes(tmp_path):
     """The first checkpoint's commit record is a write of summary.json (the run's one state file): when it fails the
     run ends with exit 8 naming summary.json, the failed write leaves no temporary file, so the final status is
-    written, and --resume finishes the run."""
+    written, and --resume finishes the run.
+    Trains its own run: it makes the disk full under the run's first commit, which ends the run with exit 8."""
     run_dir = tmp_path / "run"
     proc = subprocess.Popen([*run_cli_command(), "run", SMALL, "--set", "train.epochs=10", "--resume", str(run_dir)],
                             env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -227,6 +230,8 @@ def remount(where: Path, size: str) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("loop", ["fit", "custom"])
 def test_a_120_kib_disk_ends_the_run_cleanly_and_after_it_grows_resume_gives_each_epoch_once(tmp_path, tmpfs, loop):
+    """A 120 KiB disk ends an MNIST run with exit 8 and no leftovers; once it grows, --resume gives each epoch once.
+    Trains its own run: it writes the run onto a 120 KiB tmpfs and resumes it, which a shared run must not suffer."""
     disk = tmpfs("120k", tmp_path / "disk")
     failed = run_cli("run", str(RECIPES / "mnist.yaml"), *TWO_EPOCHS, "--set", f"train.loop={loop}",
                      "--output-dir", str(disk))
@@ -248,6 +253,8 @@ def test_a_120_kib_disk_ends_the_run_cleanly_and_after_it_grows_resume_gives_eac
 
 @pytest.mark.slow
 def test_a_full_tensorboard_folder_exits_8_naming_its_event_file(tmp_path, tmpfs):
+    """A full TensorBoard folder ends the run with exit 8, naming its event file.
+    Trains its own run: the 8 KiB disk under its TensorBoard folder ends the run with exit 8."""
     run_dir = tmp_path / "run"
     tmpfs("8k", run_dir / "tensorboard")
     failed = run_cli("run", SMALL, *TWO_EPOCHS, "--set", "output.tensorboard=true", "--resume", str(run_dir))
@@ -261,6 +268,8 @@ def test_a_full_tensorboard_folder_exits_8_naming_its_event_file(tmp_path, tmpfs
 
 @pytest.mark.slow
 def test_a_full_disk_under_metrics_csv_exits_8_and_resume_finishes(tmp_path, tmpfs):
+    """A full disk under metrics.csv ends the run with exit 8; --resume finishes it once the space is back.
+    Trains its own run: it fills the disk under metrics.csv and resumes the run, which a shared run must not suffer."""
     disk = tmpfs("16k", tmp_path / "full")
     (disk / "metrics.csv").touch()
     try:

@@ -82,6 +82,8 @@ def test_both_loops_reach_the_same_accuracy(two_replica_runs):
 
 @pytest.mark.slow
 def test_builder_recipe_and_a_second_run_never_overwrites_the_first(tmp_path):
+    """A model.builder recipe trains, and a second run into the same folder leaves the first run's files as they were.
+    Trains its own runs: it needs two runs of a builder model in one folder, which no shared run is."""
     args = ["run", "recipes/mnist.yaml", "--set", "model.layers=null", "--set", "model.builder=tests.builders:small_cnn",
             "--set", "model.builder_args={filters: 4}", "--set", "train.epochs=1", "--set", "train.batch_size_per_replica=512",
             "--output-dir", str(tmp_path)]
@@ -98,6 +100,8 @@ def test_builder_recipe_and_a_second_run_never_overwrites_the_first(tmp_path):
 
 @pytest.mark.slow
 def test_nan_loss_stops_with_exit_7_and_keeps_the_run_directory(tmp_path):
+    """A NaN loss stops the run with exit 7 and keeps its run directory, without model.keras.
+    Trains its own run: the NaN loss it provokes (an SGD rate of 1e12) ends the run with exit 7."""
     result = run_cli("run", "recipes/mnist.yaml", "--set", "model.optimizer={name: sgd, learning_rate: 1.0e+12}",
                      "--set", "train.batch_size_per_replica=512", "--set", "train.epochs=3", "--output-dir", str(tmp_path))
     assert result.returncode == 7, result.stderr[-3000:]
@@ -112,6 +116,8 @@ def test_nan_loss_stops_with_exit_7_and_keeps_the_run_directory(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("loop", ["fit", "custom"])
 def test_terminate_on_nan_off_trains_on_in_both_loops(tmp_path, loop):
+    """With train.terminate_on_nan off, both loops train on through a NaN loss to the last epoch.
+    Trains its own run: the setting under test (terminate_on_nan off, a NaN-making rate) changes the training."""
     result = run_cli("run", "recipes/mnist.yaml", "--set", f"train.loop={loop}", "--set", "train.terminate_on_nan=false",
                      "--set", "model.optimizer={name: sgd, learning_rate: 1.0e+12}", "--set", "output.save_model=false",
                      "--set", "train.batch_size_per_replica=2048", "--set", "train.epochs=2", "--output-dir", str(tmp_path))

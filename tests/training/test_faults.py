@@ -150,7 +150,8 @@ def test_run_without_a_recipe_or_a_run_to_resume_says_so():
 @pytest.mark.parametrize("loop", ["fit", "custom"])
 def test_kill_9_during_epoch_5_then_resume_gives_every_epoch_once(tmp_path, loop):
     """The seed recipe as shipped (4096 per replica, 10 epochs of 6 steps, one call each): killed 0.5 s into
-    epoch 5, resumed from epoch 5, it reaches the seed recipe's bar (0.88) with both loops."""
+    epoch 5, resumed from epoch 5, it reaches the seed recipe's bar (0.88) with both loops.
+    Trains its own run: it kills the run in epoch 5 and resumes it, which a shared run must not suffer."""
     process = start(SEED, "--set", f"train.loop={loop}", "--output-dir", str(tmp_path))
     run_dir = wait_for(checkpoint_at(tmp_path, 24), process)  # epochs 1-4 saved
     time.sleep(0.5)
@@ -173,7 +174,8 @@ def test_kill_9_during_epoch_5_then_resume_gives_every_epoch_once(tmp_path, loop
 
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
-    """MID_EPOCH runs without a fault, per loop: the reference a resumed run must match."""
+    """MID_EPOCH runs without a fault, per loop: the reference a resumed run must match.
+    Trains its own runs: the reference needs MID_EPOCH's settings (512 per replica, 3 epochs), no shared run's."""
     out = {}
     for loop in ("fit", "custom"):
         parent = tmp_path_factory.mktemp(f"whole-{loop}")
@@ -186,6 +188,8 @@ def uninterrupted(tmp_path_factory):
 @pytest.mark.slow
 @pytest.mark.parametrize("loop", ["fit", "custom"])
 def test_a_mid_epoch_kill_redoes_only_the_steps_since_the_last_save(tmp_path, loop, uninterrupted):
+    """A kill -9 mid-epoch, then --resume: only the steps since the last save are redone; it matches a whole run.
+    Trains its own run: it kills the run mid-epoch and resumes it, which a shared run must not suffer."""
     process = start(SEED, *MID_EPOCH, "--set", f"train.loop={loop}", "--output-dir", str(tmp_path))
     run_dir = wait_for(checkpoint_at(tmp_path, 60), process)  # epoch 2, step 15 or later
     process.send_signal(signal.SIGKILL)
@@ -208,7 +212,8 @@ def test_a_mid_epoch_kill_redoes_only_the_steps_since_the_last_save(tmp_path, lo
 @pytest.mark.parametrize("loop", ["fit", "custom"])
 def test_kills_during_checkpoint_saves_are_survived(tmp_path, loop):
     """A model whose save takes most of the time (a 4M-weight layer, a save every step): kill -9 until one kill
-    lands inside a save (its files differ from the committed ones), resume each time, and finish."""
+    lands inside a save (its files differ from the committed ones), resume each time, and finish.
+    Trains its own run: it kills the run inside checkpoint saves again and again, which a shared run must not suffer."""
     big = ["--set", "model.layers=[{Flatten: {}}, {Dense: {units: 5000, activation: relu}}, "
                     "{Dense: {units: 10, activation: softmax}}]",
            "--set", "train.batch_size_per_replica=2048", "--set", "train.steps_per_execution=1",
@@ -261,6 +266,8 @@ def _save_was_cut_short(run_dir: Path, loop: str) -> bool:
 @pytest.mark.slow
 @pytest.mark.parametrize("loop", ["fit", "custom"])
 def test_sigterm_saves_at_the_next_call_and_exits_75_then_resume_finishes(tmp_path, loop):
+    """SIGTERM saves at the next call and exits 75; --resume then finishes with no step redone.
+    Trains its own run: it stops the run with SIGTERM and resumes it, which a shared run must not suffer."""
     process = start(SEED, *MID_EPOCH, "--set", f"train.loop={loop}", "--output-dir", str(tmp_path))
     run_dir = wait_for(checkpoint_at(tmp_path, 20), process)
     process.send_signal(signal.SIGTERM)
@@ -291,6 +298,8 @@ def fake_scontrol(tmp_path: Path) -> tuple[Path, Path]:
 
 @pytest.mark.slow
 def test_the_slurm_requeue_signal_saves_and_requeues_through_scontrol(tmp_path):
+    """SIGUSR1 under Slurm saves a checkpoint, requeues the job through scontrol and exits 75.
+    Trains its own run: it stops the run with the requeue signal, which a shared run must not suffer."""
     bin_dir, calls = fake_scontrol(tmp_path)
     out_dir = tmp_path / "runs"
     process = start(SEED, *MID_EPOCH, "--output-dir", str(out_dir), SLURM_JOB_ID="4242",
@@ -308,7 +317,8 @@ def test_the_slurm_requeue_signal_saves_and_requeues_through_scontrol(tmp_path):
 @pytest.mark.slow
 def test_a_killed_worker_is_restarted_from_the_checkpoint_and_the_run_completes(tmp_path):
     """`tfgpu run recipes/mnist.yaml --workers 2` (the recipe as shipped: 4096 per replica, 10 epochs), worker 1
-    SIGKILLed after epoch 3's checkpoint: restarted, the two workers reach the seed recipe's bar (0.88)."""
+    SIGKILLed after epoch 3's checkpoint: restarted, the two workers reach the seed recipe's bar (0.88).
+    Trains its own run: it kills a worker of a two-worker run mid-training, which a shared run must not suffer."""
     process = start(SEED, "--workers", "2", "--output-dir", str(tmp_path))
     run_dir = wait_for(checkpoint_at(tmp_path, 18), process)
     time.sleep(0.5)
@@ -331,7 +341,8 @@ def test_a_killed_worker_is_restarted_from_the_checkpoint_and_the_run_completes(
 
 @pytest.mark.slow
 def test_sigterm_to_two_workers_saves_at_one_step_then_both_resume(tmp_path):
-    """SIGTERM to `tfgpu run --workers 2`: both workers agree on the step, save and exit 75; --resume finishes."""
+    """SIGTERM to `tfgpu run --workers 2`: both workers agree on the step, save and exit 75; --resume finishes.
+    Trains its own run: it stops a two-worker run with SIGTERM and resumes it, which a shared run must not suffer."""
     process = start(SEED, *MID_EPOCH, "--workers", "2", "--output-dir", str(tmp_path))
     run_dir = wait_for(checkpoint_at(tmp_path, 10), process)
     process.send_signal(signal.SIGTERM)

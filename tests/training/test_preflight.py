@@ -235,7 +235,8 @@ def test_images_recipe_plans_once_its_examples_exist(tmp_path):
 @pytest.mark.slow  # it trains one epoch first (about 10 s, more on a busy machine)
 def test_dry_run_resume_checks_the_run_as_run_does_and_writes_nothing(tmp_path):
     """A finished one-epoch run: `--resume --dry-run` refuses it (8), and a changed setting (3), with `run`'s own
-    messages, leaving every file of the run as it was."""
+    messages, leaving every file of the run as it was.
+    Trains its own run: it runs real `tfgpu run --resume` commands on it, which must never write into a shared run."""
     first = run_cli("run", BREAST, "--set", "train.epochs=1", "--output-dir", str(tmp_path))
     assert first.returncode == 0, first.stderr[-3000:]
     run_dir = next(tmp_path.iterdir())

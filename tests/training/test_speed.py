@@ -86,6 +86,8 @@ def test_custom_loop_traces_each_step_function_once(runs):
 
 @pytest.mark.slow
 def test_benchmark_harness_writes_the_table_json_and_ratios_and_survives_a_crashed_baseline(tmp_path, monkeypatch):
+    """benchmarks/run.py writes its table, JSON and ratios, and runs a crashed baseline again.
+    Trains its own runs: the benchmark times each variant's own training, which no shared run can stand in for."""
     spec = importlib.util.spec_from_file_location("bench_run", ROOT / "benchmarks" / "run.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
@@ -130,6 +132,8 @@ def test_benchmark_harness_writes_the_table_json_and_ratios_and_survives_a_crash
 
 @pytest.mark.slow
 def test_sources_benchmark_writes_its_table_with_every_variant(tmp_path, mnist_png, mnist_tfrecord):
+    """benchmarks/sources.py writes its table with every data-source variant.
+    Trains its own runs: the benchmark times training on each data source, which no shared run can stand in for."""
     out = tmp_path / "bench"
     work = tmp_path / "work"  # the PNG folder and TFRecord shards the suite wrote once (the script reuses them)
     work.mkdir()

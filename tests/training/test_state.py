@@ -68,7 +68,8 @@ def _kill_after_epochs(tmp_path: Path, epochs: int, *args: str) -> Path:
 @pytest.mark.slow
 @pytest.mark.parametrize("loop", ["fit", "custom"])
 def test_resume_with_checkpoint_off_continues_from_the_checkpoint(tmp_path, loop):
-    """Fault 1: --resume --set train.checkpoint=false used to train fresh weights and report a normal run."""
+    """Fault 1: --resume --set train.checkpoint=false used to train fresh weights and report a normal run.
+    Trains its own run: it kills the run after two epochs and resumes it, which a shared run must not suffer."""
     run_dir = _kill_after_epochs(tmp_path, 2, "--set", "train.epochs=4", "--set", f"train.loop={loop}")
     state = read_state(run_dir)
     assert state["epoch"] >= 2 and state["step"] == 0
@@ -112,7 +113,8 @@ def _save_in_progress(run_dir: Path, since: float) -> bool:
 @pytest.mark.slow
 def test_kills_inside_the_first_save_after_each_resume_never_lose_the_committed_checkpoint(tmp_path):
     """Fault 4: after a resume from a cut save, the next save overwrote the committed copy (Keras's
-    double checkpoint); a second cut left no file with the committed hash. Cut the first save after every resume."""
+    double checkpoint); a second cut left no file with the committed hash. Cut the first save after every resume.
+    Trains its own run: it kills the run inside checkpoint saves and resumes it, which a shared run must not suffer."""
     big = ["--set", "model.layers=[{Flatten: {}}, {Dense: {units: 5000, activation: relu}}, "
                     "{Dense: {units: 10, activation: softmax}}]",
            "--set", "train.batch_size_per_replica=2048", "--set", "train.steps_per_execution=1",
@@ -141,7 +143,8 @@ def test_kills_inside_the_first_save_after_each_resume_never_lose_the_committed_
 
 @pytest.mark.slow
 def test_a_nan_loss_never_commits_a_checkpoint_of_nan_weights(tmp_path):
-    """Fault 5: TerminateOnNaN's graceful stop still ran the epoch-end save, committing NaN weights."""
+    """Fault 5: TerminateOnNaN's graceful stop still ran the epoch-end save, committing NaN weights.
+    Trains its own run: the NaN loss it provokes (an SGD rate of 1e12) ends the run with exit 7."""
     result = run_cli("run", "recipes/mnist.yaml", "--set", "model.optimizer={name: sgd, learning_rate: 1.0e+12}",
                      "--set", "train.batch_size_per_replica=512", "--set", "train.epochs=3",
                      "--output-dir", str(tmp_path))
@@ -166,7 +169,8 @@ def test_a_nan_loss_never_commits_a_checkpoint_of_nan_weights(tmp_path):
 @pytest.mark.parametrize("sig", ["SIGTERM", "SIGUSR1"])
 def test_a_stop_signal_before_training_ends_the_run_as_preempted_not_killed(tmp_path, sig):
     """Fault 2: outside training, SIGTERM (and SIGUSR1, the default requeue signal, whose default action ends the
-    process) killed tfgpu run with no requeue. Now it stops with 75, says where it was, and requeues."""
+    process) killed tfgpu run with no requeue. Now it stops with 75, says where it was, and requeues.
+    Starts its own run: it signals the run while TensorFlow starts, which a finished shared run cannot offer."""
     bin_dir, calls = fake_scontrol(tmp_path)
     process = start(SEED, "--output-dir", str(tmp_path / "runs"), SLURM_JOB_ID="4242",
                     PATH=f"{bin_dir}:{os.environ['PATH']}")
@@ -189,7 +193,8 @@ def test_a_stop_signal_before_training_ends_the_run_as_preempted_not_killed(tmp_
 
 @pytest.mark.slow
 def test_a_stop_signal_while_the_test_split_is_evaluated_ends_as_preempted(tmp_path):
-    """Fault 2: after training (model.keras, the test split) a signal is handled too; --resume then finishes."""
+    """Fault 2: after training (model.keras, the test split) a signal is handled too; --resume then finishes.
+    Trains its own run: it signals the run during its test split and resumes it, which a shared run must not suffer."""
     process = start(SEED, "--set", "train.epochs=1", "--set", "data.validation_split=0.1",
                     "--output-dir", str(tmp_path))
 
@@ -213,7 +218,8 @@ def test_a_stop_signal_while_the_test_split_is_evaluated_ends_as_preempted(tmp_p
 
 @pytest.mark.slow
 def test_without_a_seed_a_resumed_run_keeps_its_data_seed(tmp_path):
-    """Fault 6: the shuffle seed is drawn once, when the run is created, and read back on every resume."""
+    """Fault 6: the shuffle seed is drawn once, when the run is created, and read back on every resume.
+    Trains its own run: it kills a run without tensorflow.seed and resumes it, which a shared run must not suffer."""
     run_dir = _kill_after_epochs(tmp_path, 1, "--set", "train.epochs=3", "--set", "tensorflow.seed=null")
     killed = summary_of(run_dir)
     seed = killed["data_seed"]
@@ -243,7 +249,8 @@ def test_summary_is_the_one_state_file(two_replica_runs):
 def test_a_stop_in_an_epochs_last_call_saves_after_its_validation_and_resume_finishes(tmp_path):
     """The seed recipe runs each 6-step epoch in one call, so a SIGTERM lands in an epoch's last call: the stop
     used to save the position (epoch e, step 6) before the epoch's validation and row, and the resumed fit ran
-    a zero-step epoch (it crashed, exit 139, in the container test). Now the stop waits for the epoch's end."""
+    a zero-step epoch (it crashed, exit 139, in the container test). Now the stop waits for the epoch's end.
+    Trains its own run: it stops the run with SIGTERM and resumes it, which a shared run must not suffer."""
     process = start(SEED, "--set", "train.epochs=4", "--output-dir", str(tmp_path))
     run_dir = wait_for(checkpoint_at(tmp_path, 6), process, pause=0.01)
     process.send_signal(signal.SIGTERM)
