@@ -119,26 +119,25 @@ def test_epoch_lines_round_the_timing_figures_and_keep_the_metrics():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("loop", ["fit", "custom"])
-def test_a_real_run_prints_rounded_epoch_lines_and_keeps_full_values(tmp_path, loop):
-    """A one-epoch run prints its epoch line with rounded timing figures, and metrics.csv keeps the full values.
-    Trains its own runs: one epoch per loop with train.progress=epoch, whose one 'Epoch 1/1' line no shared run
-    prints."""
-    result = run_cli("run", RECIPE, "--set", "train.epochs=1", "--set", f"train.loop={loop}",
-                     "--set", "train.progress=epoch", "--output-dir", str(tmp_path))
-    assert result.returncode == 0, result.stderr[-3000:]
-    [line] = [x for x in result.stdout.splitlines() if x.startswith("Epoch ")]
-    assert re.fullmatch(r"Epoch 1/1 - (\w+: \d\.\d{4} - ){4}learning_rate: [\d.e+-]+ - epoch_seconds: [\d.]+ - "
-                        r"train_seconds: [\d.]+ - "
-                        r"samples_per_second: \d+", line), line
-    assert re.search(r"\bloss: ", line) and "val_accuracy: " in line, line  # the metrics keep Keras's 4 decimals
-    seconds = re.search(r"epoch_seconds: ([\d.]+)", line).group(1)
-    assert len(seconds.replace(".", "").lstrip("0")) <= 3, line  # 2-3 significant digits
+def test_a_real_run_prints_rounded_epoch_lines_and_keeps_full_values(two_replica_runs, loop):
+    """A run's epoch lines (train.progress auto, not a terminal: a line per epoch) give rounded timing figures, and
+    metrics.csv keeps the full values. Reads the shared two-replica runs (2 epochs each)."""
+    result, run_dir = two_replica_runs[loop]
+    lines = [x for x in result.stdout.splitlines() if x.startswith("Epoch ")]
+    assert [line.split(" - ")[0] for line in lines] == ["Epoch 1/2", "Epoch 2/2"], lines
+    rows = list(csv.DictReader((run_dir / "metrics.csv").open()))
+    assert len(rows) == 2
+    for line, row in zip(lines, rows):
+        assert re.fullmatch(r"Epoch \d/2 - (\w+: \d\.\d{4} - ){4}learning_rate: [\d.e+-]+ - epoch_seconds: [\d.]+ - "
+                            r"train_seconds: [\d.]+ - "
+                            r"samples_per_second: \d+", line), line
+        assert re.search(r"\bloss: ", line) and "val_accuracy: " in line, line  # the metrics keep Keras's 4 decimals
+        seconds = re.search(r"epoch_seconds: ([\d.]+)", line).group(1)
+        assert len(seconds.replace(".", "").lstrip("0")) <= 3, line  # 2-3 significant digits
+        assert len(row["samples_per_second"].partition(".")[2]) > 3  # the file keeps the full value
+        assert float(row["samples_per_second"]) == pytest.approx(
+            float(re.search(r"samples_per_second: (\d+)", line).group(1)), abs=0.5)
     assert "warning: no GPU is visible" not in result.stdout + result.stderr  # a note for plan, not a warning here
-    [run_dir] = tmp_path.iterdir()
-    [row] = list(csv.DictReader((run_dir / "metrics.csv").open()))
-    assert len(row["samples_per_second"].partition(".")[2]) > 3  # the file keeps the full value
-    assert float(row["samples_per_second"]) == pytest.approx(float(re.search(r"samples_per_second: (\d+)", line)
-                                                                   .group(1)), abs=0.5)
 
 
 def test_memory_growth_without_a_gpu_is_a_note_not_a_warning():

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import pytest
 
-from ..conftest import ROOT, one_paragraph, run_cli, run_python
+from ..conftest import ROOT, copy_run, one_paragraph, run_cli, run_python
 
 BREAST = "recipes/breast_cancer.yaml"
 MNIST = "recipes/mnist.yaml"
@@ -233,19 +233,16 @@ def test_images_recipe_plans_once_its_examples_exist(tmp_path):
 
 
 @pytest.mark.slow  # it trains one epoch first (about 10 s, more on a busy machine)
-def test_dry_run_resume_checks_the_run_as_run_does_and_writes_nothing(tmp_path):
-    """A finished one-epoch run: `--resume --dry-run` refuses it (8), and a changed setting (3), with `run`'s own
-    messages, leaving every file of the run as it was.
-    Trains its own run: it runs real `tfgpu run --resume` commands on it, which must never write into a shared run."""
-    first = run_cli("run", BREAST, "--set", "train.epochs=1", "--output-dir", str(tmp_path))
-    assert first.returncode == 0, first.stderr[-3000:]
-    run_dir = next(tmp_path.iterdir())
+def test_dry_run_resume_checks_the_run_as_run_does_and_writes_nothing(tmp_path, breast_run):
+    """A finished run: `--resume --dry-run` refuses it (8), and a changed setting (3), with `run`'s own
+    messages, leaving every file of the run as it was. Reads a copy of the shared breast-cancer run (5 epochs)."""
+    run_dir = copy_run(breast_run, tmp_path)
 
     def files():
         return {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(run_dir.rglob("*"))}
 
     before = files()
-    for extra, code, fragment in (([], 8, "the run already completed (1 epochs)"),
+    for extra, code, fragment in (([], 8, "the run already completed (5 epochs)"),
                                   (["--set", "train.batch_size_per_replica=16"], 3,
                                    "train.batch_size_per_replica: 32 in the run, 16 now")):
         dry = run_cli("run", "--resume", str(run_dir), "--dry-run", *extra)
