@@ -84,8 +84,7 @@ def test_mnist_recipe_on_two_workers_reaches_088_with_the_custom_loop(tmp_path):
     """The recipe as shipped (4096 per replica, 10 epochs): the issue's bar. (With fit, the same run on two
     workers with a worker killed and restarted reaches it too: test_faults.py.) Trains its own run: the recipe as
     shipped, on two workers, which no shared run is."""
-    loop = "custom"
-    result = run_cli("run", "recipes/mnist.yaml", "--workers", "2", "--set", f"train.loop={loop}",
+    result = run_cli("run", "recipes/mnist.yaml", "--workers", "2", "--set", "train.loop=custom",
                      "--output-dir", str(tmp_path))
     assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     s = summary_of(check_one_run_dir(tmp_path))

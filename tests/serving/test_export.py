@@ -25,12 +25,6 @@ RECORD = {"savedmodel": "savedmodel/{name}/1/export.json", "onnx": "model.onnx.e
 
 
 @pytest.fixture(scope="module")
-def png(small_png) -> Path:
-    """The shared PNG digits (tests/conftest.py): ``<dir>/{train,test}/<digit>/<n>.png``."""
-    return small_png
-
-
-@pytest.fixture(scope="module")
 def runs(tmp_path_factory, two_replica_runs, image_run, breast_run) -> dict[str, Path]:
     """``{"mnist", "images", "csv"}`` -> a finished run directory: copies of the shared runs (tests/conftest.py:
     the seed recipe on two replicas, the image folder, the breast-cancer CSV), since exports write into them."""
@@ -133,10 +127,11 @@ def check_in_runtimes(*checks: tuple[Path, str, str]) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def runtime_reports(runs, exports, png) -> dict[str, dict]:
-    """:data:`CHECK`'s report of each run's three artifacts: ``{kind: report}``."""
+def runtime_reports(runs, exports, small_png) -> dict[str, dict]:
+    """:data:`CHECK`'s report of each run's three artifacts: ``{kind: report}`` (the images: the shared PNG digits'
+    test folder, tests/conftest.py)."""
     data = {"mnist": data_dir() / "mnist" / "mnist.npz", "csv": data_dir() / "breast_cancer" / "breast_cancer.csv",
-            "images": png / "test"}
+            "images": small_png / "test"}
     kinds = sorted(runs)
     return dict(zip(kinds, check_in_runtimes(*((runs[kind], kind, str(data[kind])) for kind in kinds))))
 
