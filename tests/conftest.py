@@ -98,24 +98,43 @@ def data_dir() -> Path:
     return Path(os.environ.get("TFGPU_DATA_DIR") or ROOT.parent / "shared" / "data").resolve()
 
 
-def child_env(**extra: str) -> dict[str, str]:
+#: The optional packages a child process cannot import unless its test names them (``needs``): the test extra
+#: installs them, the base install (TensorFlow, Keras, pydantic, click, PyYAML) does not have them, and
+#: TensorFlow and Keras import them when they find them (2 of the 4 CPU seconds of a TensorFlow start here).
+#: ``tests/base_install/sitecustomize.py`` hides them.
+OPTIONAL_IMPORTS = ("jax", "jaxlib", "matplotlib", "pandas", "pyarrow", "scipy", "sklearn")
+#: What each extra's code imports of :data:`OPTIONAL_IMPORTS`, for ``needs=``.
+EXTRA_IMPORTS = {"jax": ("jax", "jaxlib", "scipy"), "plots": ("matplotlib",),
+                 "mlflow": ("matplotlib", "pandas", "pyarrow", "scipy", "sklearn")}  # the full mlflow's requirements
+BASE_INSTALL = Path(__file__).resolve().parent / "base_install"
+
+
+def child_env(*, needs: tuple[str, ...] = (), **extra: str) -> dict[str, str]:
+    """The environment of a process a test starts: no tfgpu, CUDA, TF, Keras, XLA or JAX variable of this
+    process, the offline data root, and the base install's imports (:data:`OPTIONAL_IMPORTS` hidden except
+    those of the extras in ``needs``, a key of :data:`EXTRA_IMPORTS` or a package name). ``extra`` is set last;
+    a PYTHONPATH in it comes after the hiding folder."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TFGPU_", "CUDA_", "TF_", "KERAS_", "XLA_", "JAX_"))}
     env["TFGPU_DATA_DIR"] = str(data_dir())
     env["PYTHONUNBUFFERED"] = "1"
     env.update(extra)
+    visible = {name for need in needs for name in EXTRA_IMPORTS.get(need, (need,))}
+    env["BASE_INSTALL_HIDES"] = ",".join(name for name in OPTIONAL_IMPORTS if name not in visible)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(BASE_INSTALL), env.get("PYTHONPATH")]))
     return env
 
 
-def run_python(code: str, timeout: int = 300, **env: str) -> subprocess.CompletedProcess:
+def run_python(code: str, timeout: int = 300, needs: tuple[str, ...] = (), **env: str) -> subprocess.CompletedProcess:
     """Run a Python snippet in a fresh interpreter (TensorFlow is configured once per process)."""
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          timeout=timeout, env=child_env(**env), cwd=ROOT)
+                          timeout=timeout, env=child_env(needs=needs, **env), cwd=ROOT)
 
 
-def run_cli(*args: str, cwd: Path = ROOT, timeout: int = 600, **env: str) -> subprocess.CompletedProcess:
-    """Run ``tfgpu ARGS`` as a user would, in a subprocess."""
+def run_cli(*args: str, cwd: Path = ROOT, timeout: int = 600, needs: tuple[str, ...] = (),
+            **env: str) -> subprocess.CompletedProcess:
+    """Run ``tfgpu ARGS`` as a user would, in a subprocess (``needs``: as :func:`child_env`'s)."""
     return subprocess.run([sys.executable, "-m", "tfgpu.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, env=child_env(**env), cwd=cwd)
+                          timeout=timeout, env=child_env(needs=needs, **env), cwd=cwd)
 
 
 def one_paragraph(text: str) -> None:

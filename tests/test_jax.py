@@ -39,7 +39,7 @@ NO_TF = "import sys; sys.modules['tensorflow'] = None; from tfgpu.cli import mai
 def run_without_tf(*args: str, timeout: int = 600, **env: str) -> subprocess.CompletedProcess:
     """``tfgpu ARGS`` in a child where TensorFlow cannot be imported."""
     return subprocess.run([sys.executable, "-c", NO_TF, *args], capture_output=True, text=True, timeout=timeout,
-                          env=child_env(**env), cwd=ROOT)
+                          env=child_env(needs=("jax",), **env), cwd=ROOT)
 
 
 def final(run_dir) -> dict:
@@ -123,7 +123,7 @@ def test_a_jax_run_exports_what_keras_exports_on_jax_and_refuses_the_rest(jax_an
     (Keras converts LiteRT from a TensorFlow graph only); onnx without jax2onnx refused naming it; both refusals
     before any work, and --set backend=tensorflow exports the same model.keras through TensorFlow."""
     (_, run_dir), _ = jax_and_tf_runs
-    saved = run_cli("export", "savedmodel", str(run_dir), "-o", str(tmp_path / "served" / "mnist"))
+    saved = run_cli("export", "savedmodel", str(run_dir), "-o", str(tmp_path / "served" / "mnist"), needs=("jax",))
     assert saved.returncode == 0, saved.stdout + saved.stderr[-3000:]
     record = json.loads((tmp_path / "served" / "mnist" / "1" / "export.json").read_text())
     assert record["versions"]["backend"] == "jax" and record["versions"]["jax"]
@@ -131,13 +131,13 @@ def test_a_jax_run_exports_what_keras_exports_on_jax_and_refuses_the_rest(jax_an
     check = record["verification"]
     assert check["passed"] and check["max_abs_diff"] <= 1e-4 and check["runtime"].startswith("tensorflow")
     assert check["classes_identical"] == check["samples"] == 256
-    litert = run_cli("export", "litert", str(run_dir), "-o", str(tmp_path / "m.tflite"))
+    litert = run_cli("export", "litert", str(run_dir), "-o", str(tmp_path / "m.tflite"), needs=("jax",))
     assert litert.returncode == 3, litert.stderr[-2000:]
     assert "backend: jax" in litert.stderr and "TensorFlow and PyTorch backends only" in litert.stderr
     assert "--set backend=tensorflow" in litert.stderr
     one_paragraph(litert.stderr)
     if importlib.util.find_spec("jax2onnx") is None:
-        onnx = run_cli("export", "onnx", str(run_dir), "-o", str(tmp_path / "m.onnx"))
+        onnx = run_cli("export", "onnx", str(run_dir), "-o", str(tmp_path / "m.onnx"), needs=("jax",))
         assert onnx.returncode == 3, onnx.stderr[-2000:]
         assert "no module jax2onnx" in onnx.stderr and "pip install jax2onnx" in onnx.stderr, onnx.stderr
         assert "--set backend=tensorflow" in onnx.stderr
@@ -181,7 +181,7 @@ def test_an_uneven_last_batch_is_padded_not_dropped_and_metrics_stay_exact():
         print(padded["accuracy"], exact)
     """
     out = subprocess.run([sys.executable, "-c", __import__("textwrap").dedent(code)], capture_output=True, text=True,
-                         timeout=300, env=child_env(), cwd=ROOT)
+                         timeout=300, env=child_env(needs=("jax",)), cwd=ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
     counts, accuracies = out.stdout.strip().splitlines()[-2:]
     # Training: 15 full batches of 64 and 41 left, rounded down to 40; validation: 16 batches, the last padded.
@@ -222,7 +222,7 @@ def test_setup_returns_the_same_fields_on_jax_without_tensorflow():
         print("tensorflow" in sys.modules and sys.modules["tensorflow"] is not None)
     """
     out = subprocess.run([sys.executable, "-c", __import__("textwrap").dedent(code)], capture_output=True, text=True,
-                         timeout=120, env=child_env(), cwd=ROOT)
+                         timeout=120, env=child_env(needs=("jax",)), cwd=ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
     lines = out.stdout.strip().splitlines()
     assert lines[0] == ("jax ('cpu:0', 'cpu:1') ('cpu:0 (cpu)', 'cpu:1 (cpu)') DataParallel 2 128 None True")
@@ -241,7 +241,7 @@ def test_keras_imported_with_tensorflow_first_is_refused_with_the_reason():
             print(exc)
     """
     out = subprocess.run([sys.executable, "-c", __import__("textwrap").dedent(code)], capture_output=True, text=True,
-                         timeout=120, env=child_env(), cwd=ROOT)
+                         timeout=120, env=child_env(needs=("jax",)), cwd=ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "backend: KERAS_BACKEND=jax cannot be applied: Keras was already imported with the tensorflow backend" \
         in out.stdout
@@ -257,7 +257,7 @@ def test_sigterm_on_jax_saves_exits_75_and_resume_finishes_without_tensorflow(tm
     args = ["run", "recipes/mnist_jax.yaml", "--set", "devices.cpu_logical_devices=2", "--set",
             "train.batch_size_per_replica=256", "--set", "train.steps_per_execution=5", "--set",
             "train.checkpoint.every_steps=10", "--set", "train.epochs=3", "--output-dir", str(tmp_path)]
-    process = subprocess.Popen([sys.executable, "-c", NO_TF, *args], cwd=ROOT, env=child_env(),
+    process = subprocess.Popen([sys.executable, "-c", NO_TF, *args], cwd=ROOT, env=child_env(needs=("jax",)),
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     run_dir = wait_for(checkpoint_at(tmp_path, 20), process)
     process.send_signal(signal.SIGTERM)

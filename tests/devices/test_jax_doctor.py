@@ -266,7 +266,7 @@ BLOCK_TENSORFLOW = textwrap.dedent("""
 def test_the_jax_child_never_imports_tensorflow():
     request = {"config": {"backend": "jax", "devices": {"cpu_logical_devices": 2}}}
     child = subprocess.run([sys.executable, "-c", BLOCK_TENSORFLOW], input=json.dumps(request), capture_output=True,
-                           text=True, timeout=120, env=child_env(KERAS_BACKEND="jax"), cwd=ROOT)
+                           text=True, timeout=120, env=child_env(needs=("jax",), KERAS_BACKEND="jax"), cwd=ROOT)
     assert child.returncode == 0, child.stderr
     assert "TENSORFLOW WAS IMPORTED" not in child.stderr
     data = json.loads(child.stdout.strip().splitlines()[-1])
@@ -289,7 +289,7 @@ def test_probe_jax_reports_a_missing_jax_instead_of_raising(tmp_path, monkeypatc
 def test_tfgpu_devices_with_backend_jax_lists_jax_cpu_devices():
     child = subprocess.run(
         [sys.executable, "-m", "tfgpu", "devices", "--set", "backend=jax", "--set", "devices.cpu_logical_devices=2"],
-        capture_output=True, text=True, timeout=300, env=child_env(), cwd=ROOT)
+        capture_output=True, text=True, timeout=300, env=child_env(needs=("jax",)), cwd=ROOT)
     assert child.returncode == 0, child.stderr
     assert "default backend cpu; devices: cpu:0 (cpu), cpu:1 (cpu)" in child.stdout, child.stdout
 
@@ -299,14 +299,14 @@ def test_tfgpu_devices_with_backend_jax_lists_jax_cpu_devices():
 def test_tfgpu_devices_json_and_doctor_with_backend_jax():
     child = subprocess.run(
         [sys.executable, "-m", "tfgpu", "devices", "--no-tensorflow", "--json", "--set", "backend=jax",
-         "--set", "devices.cpu_logical_devices=2"], capture_output=True, text=True, timeout=300, env=child_env(),
+         "--set", "devices.cpu_logical_devices=2"], capture_output=True, text=True, timeout=300, env=child_env(needs=("jax",)),
         cwd=ROOT)
     assert child.returncode == 0, child.stderr
     data = json.loads(child.stdout)
     assert data["tensorflow"] is None and [d[0] for d in data["jax"]["devices"]] == ["cpu:0", "cpu:1"]
     assert "jax" in data["packages"] and "jaxlib" in data["packages"]
     doctor = subprocess.run([sys.executable, "-m", "tfgpu", "doctor", "--no-tensorflow", "--json", "--set",
-                             "backend=jax"], capture_output=True, text=True, timeout=300, env=child_env(), cwd=ROOT)
+                             "backend=jax"], capture_output=True, text=True, timeout=300, env=child_env(needs=("jax",)), cwd=ROOT)
     out = json.loads(doctor.stdout)
     [jax] = [f for f in out["findings"] if f["check"] == "jax"]
     assert jax["level"] == "ok" and "devices: cpu:0 (cpu)" in jax["seen"], jax

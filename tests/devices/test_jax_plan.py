@@ -551,7 +551,7 @@ def test_an_unknown_backend_is_a_config_error():
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in child_env().items() if k not in JAX_VARS}
+    env = {k: v for k, v in child_env(needs=("jax",)).items() if k not in JAX_VARS}
     return subprocess.run([sys.executable, "-m", "tfgpu", *args], capture_output=True, text=True, timeout=120,
                           env=env, cwd=ROOT)
 

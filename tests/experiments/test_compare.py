@@ -87,8 +87,8 @@ def _summary(run_dir: Path) -> dict:
     return json.loads((run_dir / "summary.json").read_text())
 
 
-def _ok(*args: str, cwd: Path | None = None):
-    result = run_cli(*args, **({"cwd": cwd} if cwd else {}))
+def _ok(*args: str, cwd: Path | None = None, needs: tuple[str, ...] = ()):
+    result = run_cli(*args, needs=needs, **({"cwd": cwd} if cwd else {}))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert result.stderr == "", result.stderr
     return result
@@ -247,7 +247,7 @@ def test_compare_plot_draws_the_learning_curves(runs, tmp_path):
 
     fast, slow, failed = runs["fast"], runs["slow"], runs["failed"]
     png = tmp_path / "curves.png"
-    result = _ok("compare", str(fast), str(slow), str(failed), "--plot", str(png), "--json")
+    result = _ok("compare", str(fast), str(slow), str(failed), "--plot", str(png), "--json", needs=("plots",))
     plot = json.loads(result.stdout)["plot"]
     assert png.read_bytes()[:8] == PNG_SIGNATURE
     assert not list(tmp_path.glob(".*.tmp"))  # written atomically: no temporary file left
@@ -270,7 +270,7 @@ def test_compare_plot_draws_the_learning_curves(runs, tmp_path):
             assert (train["linestyle"], validation["linestyle"]) == ("-", "--")
             assert train["color"] == validation["color"]
         assert lines[f"{fast.name} train"]["color"] != lines[f"{slow.name} train"]["color"]
-    text = _ok("compare", str(fast), str(slow), "--plot", str(png)).stdout
+    text = _ok("compare", str(fast), str(slow), "--plot", str(png), needs=("plots",)).stdout
     assert text.splitlines()[-1] == f"tfgpu: wrote {png}: learning curves of loss, accuracy per epoch"
 
 

@@ -54,9 +54,9 @@ def rows(run_dir: Path) -> list[dict[str, float]]:
         return [{k: float(v) for k, v in row.items()} for row in csv.DictReader(f)]
 
 
-def train(tmp_path: Path, path: Path, *sets: str) -> tuple[Path, dict, str]:
+def train(tmp_path: Path, path: Path, *sets: str, needs: tuple[str, ...] = ()) -> tuple[Path, dict, str]:
     out = tmp_path / f"runs{len(list(tmp_path.glob('runs*')))}"
-    result = run_cli("run", str(path), *sets, "--output-dir", str(out))
+    result = run_cli("run", str(path), *sets, "--output-dir", str(out), needs=needs)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     run_dir = only_run_dir(out)
     return run_dir, json.loads((run_dir / "summary.json").read_text()), result.stdout + result.stderr
@@ -231,8 +231,9 @@ def test_unfreeze_on_the_jax_backend_trains_the_frozen_layer_after_the_switch(tm
     recipe_file = ROOT / "recipes" / "breast_cancer.yaml"
     common = ("--set", "backend=jax", "--set", "tensorflow.seed=1", "--set", "model.freeze=[dense]",
               "--set", "train.progress=none")
-    frozen_dir, _, _ = train(tmp_path, recipe_file, *common, "--set", "train.epochs=1")
-    two_dir, two, _ = train(tmp_path, recipe_file, *common, "--set", "train.epochs=2", "--set", "train.unfreeze.epoch=1")
+    frozen_dir, _, _ = train(tmp_path, recipe_file, *common, "--set", "train.epochs=1", needs=("jax",))
+    two_dir, two, _ = train(tmp_path, recipe_file, *common, "--set", "train.epochs=2", "--set", "train.unfreeze.epoch=1",
+                            needs=("jax",))
     assert two["status"] == "completed" and two["unfreeze"] == {"epoch": 1, "learning_rate_factor": 0.1}
     assert [r["learning_rate"] for r in rows(two_dir)] == pytest.approx([0.01, 0.001], rel=1e-5)
     found = run_python(f"""
@@ -240,7 +241,7 @@ def test_unfreeze_on_the_jax_backend_trains_the_frozen_layer_after_the_switch(tm
         kernels = [[l for l in keras.models.load_model(p).layers if l.name == "dense"][0].get_weights()[0]
                    for p in ({str(frozen_dir / "model.keras")!r}, {str(two_dir / "model.keras")!r})]
         print(json.dumps(bool(np.allclose(kernels[0], kernels[1]))))
-    """, KERAS_BACKEND="jax")
+    """, needs=("jax",), KERAS_BACKEND="jax")
     assert found.returncode == 0, found.stderr[-2000:]
     assert found.stdout.strip().splitlines()[-1] == "false"  # the same start (seed 1), trained after the switch
 

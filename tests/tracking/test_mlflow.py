@@ -143,7 +143,8 @@ def server(tmp_path_factory):
          f"sqlite:///{where / 'mlflow.db'}", "--artifacts-destination", str(where / "artifacts"),
          "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
         cwd=where, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        env=child_env(MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false"))  # no job runner: 2 processes, not 9
+        # no job runner: 2 processes, not 9; the server is MLflow's own, with every package of the full install
+        env=child_env(needs=("mlflow",), MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false"))
     uri = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     try:
