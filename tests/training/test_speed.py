@@ -101,6 +101,8 @@ def test_benchmark_harness_writes_the_table_json_and_ratios_and_survives_a_crash
         return [sys.executable, str(ROOT / "tests" / "scripts" / "crash_once.py"), str(tmp_path / "crashed"), *cmd]
 
     monkeypatch.setattr(bench, "command", keras_fit_crashes_once)
+    for name in ("BASE_INSTALL_HIDES", "PYTHONPATH"):  # the harness's processes see the base install too
+        monkeypatch.setenv(name, child_env()[name])
     # TFGPU_DATA_DIR relative to the caller's directory, as the README writes it (../shared/data).
     monkeypatch.setenv("TFGPU_DATA_DIR", os.path.relpath(child_env()["TFGPU_DATA_DIR"], ROOT))
     monkeypatch.chdir(ROOT)
