@@ -52,8 +52,8 @@ def pytest_xdist_auto_num_workers(config: Any) -> int:
     """``-n auto``: one worker more than the cores this process may use, at most :data:`MAX_WORKERS`.
 
     A worker often waits on its test's processes (a run until its first epoch line before a signal, a server, a
-    sweep's trials) while its core idles: on 2 cores, 3 workers ran the whole suite in 24.5 minutes where 2 took
-    about 26 (one run each, the same commit but for the worker count, issue 33)."""
+    sweep's trials) while its core idles: on 2 cores, 3 workers ran the whole suite in 24.5 minutes, 2 workers in
+    26 (one run each, issue 33; the run with 2 had 14 failures, since mended, that ended their tests early)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return max(1, min(MAX_WORKERS, cores + 1))
 

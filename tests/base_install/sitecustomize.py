@@ -5,14 +5,14 @@ starts, with ``BASE_INSTALL_HIDES`` naming the top-level packages the test extra
 (``pip install tfgpu``: TensorFlow, Keras, pydantic, click, PyYAML) lacks. Importing one of them then fails as
 it would on a user's machine without the extra, which checks two things at once:
 
-- a core command (``run``, ``evaluate``, ``predict``, ``plan``, ...) that starts importing an optional package
-  fails its tests, as it would fail for a user without the extra;
+- a core command (``run``, ``evaluate``, ``predict``, ``plan``, ...) that starts importing one of these
+  packages fails its tests, as it would fail for a user without the extra;
 - TensorFlow's and Keras's own optional imports (scikit-learn for ``keras.wrappers``, pandas for Keras's data
   adapters, matplotlib for ``keras.visualization``, JAX for ``tf.lite``, SciPy for TensorFlow's legacy Keras)
   are skipped as on that machine: about 2 of the 4 CPU seconds of each TensorFlow start here.
 
-A test of an extra (Keras on JAX, the sweep, MLflow, ``compare --plot``, the exports) passes the packages it
-needs in ``child_env(needs=...)``, which leaves them visible. Only their import is hidden: their distributions
+A test whose process needs one of them (Keras on JAX, ``compare --plot``, the MLflow server) names its extra in
+``child_env(needs=...)``, which leaves those visible. Only their import is hidden: their distributions
 stay listed by ``importlib.metadata`` (after ``pip uninstall`` they would not be), so a check that reads
 versions is tested with the extra visible.
 """
