@@ -299,14 +299,15 @@ def test_tfgpu_devices_with_backend_jax_lists_jax_cpu_devices():
 def test_tfgpu_devices_json_and_doctor_with_backend_jax():
     child = subprocess.run(
         [sys.executable, "-m", "tfgpu", "devices", "--no-tensorflow", "--json", "--set", "backend=jax",
-         "--set", "devices.cpu_logical_devices=2"], capture_output=True, text=True, timeout=300, env=child_env(needs=("jax",)),
-        cwd=ROOT)
+         "--set", "devices.cpu_logical_devices=2"], capture_output=True, text=True, timeout=300,
+        env=child_env(needs=("jax",)), cwd=ROOT)
     assert child.returncode == 0, child.stderr
     data = json.loads(child.stdout)
     assert data["tensorflow"] is None and [d[0] for d in data["jax"]["devices"]] == ["cpu:0", "cpu:1"]
     assert "jax" in data["packages"] and "jaxlib" in data["packages"]
     doctor = subprocess.run([sys.executable, "-m", "tfgpu", "doctor", "--no-tensorflow", "--json", "--set",
-                             "backend=jax"], capture_output=True, text=True, timeout=300, env=child_env(needs=("jax",)), cwd=ROOT)
+                             "backend=jax"], capture_output=True, text=True, timeout=300,
+                            env=child_env(needs=("jax",)), cwd=ROOT)
     out = json.loads(doctor.stdout)
     [jax] = [f for f in out["findings"] if f["check"] == "jax"]
     assert jax["level"] == "ok" and "devices: cpu:0 (cpu)" in jax["seen"], jax

@@ -232,8 +232,8 @@ def test_unfreeze_on_the_jax_backend_trains_the_frozen_layer_after_the_switch(tm
     common = ("--set", "backend=jax", "--set", "tensorflow.seed=1", "--set", "model.freeze=[dense]",
               "--set", "train.progress=none")
     frozen_dir, _, _ = train(tmp_path, recipe_file, *common, "--set", "train.epochs=1", needs=("jax",))
-    two_dir, two, _ = train(tmp_path, recipe_file, *common, "--set", "train.epochs=2", "--set", "train.unfreeze.epoch=1",
-                            needs=("jax",))
+    two_dir, two, _ = train(tmp_path, recipe_file, *common, "--set", "train.epochs=2",
+                            "--set", "train.unfreeze.epoch=1", needs=("jax",))
     assert two["status"] == "completed" and two["unfreeze"] == {"epoch": 1, "learning_rate_factor": 0.1}
     assert [r["learning_rate"] for r in rows(two_dir)] == pytest.approx([0.01, 0.001], rel=1e-5)
     found = run_python(f"""

@@ -101,10 +101,11 @@ def test_benchmark_harness_writes_the_table_json_and_ratios_and_survives_a_crash
         return [sys.executable, str(ROOT / "tests" / "scripts" / "crash_once.py"), str(tmp_path / "crashed"), *cmd]
 
     monkeypatch.setattr(bench, "command", keras_fit_crashes_once)
+    env = child_env()
     for name in ("BASE_INSTALL_HIDES", "PYTHONPATH"):  # the harness's processes see the base install too
-        monkeypatch.setenv(name, child_env()[name])
+        monkeypatch.setenv(name, env[name])
     # TFGPU_DATA_DIR relative to the caller's directory, as the README writes it (../shared/data).
-    monkeypatch.setenv("TFGPU_DATA_DIR", os.path.relpath(child_env()["TFGPU_DATA_DIR"], ROOT))
+    monkeypatch.setenv("TFGPU_DATA_DIR", os.path.relpath(env["TFGPU_DATA_DIR"], ROOT))
     monkeypatch.chdir(ROOT)
     out = tmp_path / "bench"
     code = bench.main(["--repeats", "1", "--epochs", "2", "--batches", "4096", "--replicas", "1",
