@@ -20,7 +20,7 @@ from typing import Any, Optional, Sequence
 # None of these imports TensorFlow; each module imports it inside the function that needs it.
 from ..config import Config
 from ..data import load
-from ..errors import Interrupted, Preempted
+from ..errors import Interrupted, Preempted, TfgpuError
 from ..tracking import mlflow as tracking
 from ..utils.console import say, warn
 from ..utils.files import replace_atomic, write_json
@@ -102,6 +102,12 @@ def run(recipe: Optional[str], overrides: Sequence[str] = (), output_dir: Option
             return _run(cfg, recipe, resumed, target, stop, started)
         except Preempted as exc:
             raise _preempted(exc, stop, target) from None
+        except TfgpuError:
+            if stop.outside and stop.received:  # the handler's Preempted, caught on its way up by code that
+                # reported it as its own error (a data reader's "cannot read FILE: SIGTERM arrived while ...")
+                raise _preempted(Preempted(f"{stop.received} arrived while {stop.doing}; the run stopped there."),
+                                 stop, target) from None
+            raise
 
 
 def _run(cfg: Config, recipe: Optional[str], resumed: Any, target: Optional[Path], stop: ckpt.StopSignals,
