@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import importlib
-from typing import Optional
+from typing import Any, Optional
 
 import click
 
@@ -23,6 +24,23 @@ class LazyGroup(click.Group):
             module = importlib.import_module(f"{__package__}.{COMMANDS[cmd_name]}")
             self.add_command(getattr(module, cmd_name))
         return super().get_command(ctx, cmd_name)
+
+    def main(self, args: Optional[list[str]] = None, *rest: Any, **kwargs: Any) -> Any:
+        """Run the command line; when it is this process's own (``args`` None: the ``tfgpu`` script, ``python -m
+        tfgpu``), leave the objects it made to the process's end (:func:`gc.freeze`).
+
+        A command that imported TensorFlow or JAX holds millions of Python objects, and the garbage collections
+        of the interpreter's shutdown walked them all: about 0.8 CPU seconds after ``tfgpu run``'s last line
+        (median of 5 on 2 cores: 7.4 CPU seconds for a one-epoch run, 6.6 frozen). Freezing skips only that
+        walk: ``atexit`` handlers, the wait for non-daemon threads and every object freed by reference counting
+        run as before, and every file tfgpu writes is closed by then. A caller that passes ``args`` (click's
+        ``CliRunner``, a script calling ``main([...])``) goes on living, so nothing is frozen there.
+        """
+        try:
+            return super().main(args, *rest, **kwargs)
+        finally:
+            if args is None:
+                gc.freeze()
 
 
 @click.group(cls=LazyGroup, context_settings=CONTEXT)
