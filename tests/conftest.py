@@ -23,15 +23,16 @@ T = TypeVar("T")
 
 #: The most pytest-xdist workers ``-n auto`` starts: each runs TensorFlow processes of a GB or two.
 MAX_WORKERS = 4
-#: Seconds each of the slowest test files took on 2 cores (``pytest -n 0 --durations=0``, summed per file), so
+#: Seconds each of the slowest test files took in a full run on 2 cores (its tests' durations summed per file), so
 #: the workers take them first and the light ones fill in at the end; files not listed come after, in order.
 HEAVY_FILES = {
-    "data/test_data_e2e.py": 320, "training/test_faults.py": 300, "launch/test_multiworker.py": 230,
-    "model/test_transfer.py": 210, "training/test_state.py": 150, "training/test_speed.py": 140,
-    "experiments/test_sweep.py": 130, "model/test_schedules.py": 130, "serving/test_export.py": 120,
-    "test_jax.py": 115, "containers/test_container.py": 115, "training/test_disk_full.py": 100,
-    "serving/test_predict.py": 95, "test_docs.py": 90, "training/test_callbacks.py": 85,
-    "tracking/test_mlflow.py": 85, "cli/test_bad_input.py": 80, "training/test_e2e.py": 75,
+    "data/test_data_e2e.py": 500, "training/test_faults.py": 485, "model/test_transfer.py": 230,
+    "launch/test_multiworker.py": 230, "training/test_state.py": 220, "model/test_schedules.py": 200,
+    "test_jax.py": 160, "training/test_disk_full.py": 160, "training/test_speed.py": 150,
+    "containers/test_container.py": 140, "experiments/test_sweep.py": 135, "test_docs.py": 125,
+    "data/test_augment.py": 120, "serving/test_export.py": 100, "tracking/test_mlflow.py": 95,
+    "training/test_callbacks.py": 90, "cli/test_bad_input.py": 85, "model/test_backbone.py": 80,
+    "serving/test_predict.py": 75, "training/test_e2e.py": 70, "launch/test_supervisor.py": 65,
 }
 
 
