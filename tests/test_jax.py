@@ -256,7 +256,7 @@ def test_sigterm_on_jax_saves_exits_75_and_resume_finishes_without_tensorflow(tm
 
     args = ["run", "recipes/mnist_jax.yaml", "--set", "devices.cpu_logical_devices=2", "--set",
             "train.batch_size_per_replica=256", "--set", "train.steps_per_execution=5", "--set",
-            "train.checkpoint.every_steps=10", "--set", "train.epochs=3", "--output-dir", str(tmp_path)]
+            "train.checkpoint.every_steps=10", "--set", "train.epochs=2", "--output-dir", str(tmp_path)]
     process = subprocess.Popen([sys.executable, "-c", NO_TF, *args], cwd=ROOT, env=child_env(needs=("jax",)),
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     run_dir = wait_for(checkpoint_at(tmp_path, 20), process)
@@ -268,6 +268,6 @@ def test_sigterm_on_jax_saves_exits_75_and_resume_finishes_without_tensorflow(tm
     resumed = run_without_tf("run", "--resume", str(run_dir))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     summary = summary_of(run_dir)
-    assert epochs_in(run_dir) == [0, 1, 2] and summary["status"] == "completed"
+    assert epochs_in(run_dir) == [0, 1] and summary["status"] == "completed"
     assert summary["backend"] == "jax" and summary["restarts"][0]["redo_steps"] == 0
-    assert summary["final_metrics"]["val_accuracy"] >= 0.95
+    assert summary["final_metrics"]["val_accuracy"] >= 0.92  # 0.939 measured after 2 epochs (3 took 0.95+)

