@@ -198,7 +198,7 @@ def test_a_stop_signal_inside_a_data_check_is_not_reported_as_a_damaged_file(tmp
     on 2 cores). It ends as preempted (75), naming what it interrupted. The signal is real; only its moment is
     pinned, by sending it from inside the reader's ``numpy.load`` call (no TensorFlow starts)."""
     code = f"""
-        import os, signal, sys
+        import os, signal
         import numpy as np
         real_load = np.load
         def load_then_signal(*args, **kwargs):

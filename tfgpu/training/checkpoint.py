@@ -380,7 +380,12 @@ class StopSignals:
             self.received = name
         if not self._deferred:
             self.outside = True
-            raise Preempted(f"{name} arrived while {self.doing}; the run stopped there.")
+            raise self.stopped(name)
+
+    def stopped(self, name: Optional[str] = None) -> Preempted:
+        """The :class:`~tfgpu.errors.Preempted` of a signal (``name``, else :attr:`received`) that stops the run
+        outside training: which signal, and what the run was doing."""
+        return Preempted(f"{name or self.received} arrived while {self.doing}; the run stopped there.")
 
     @contextlib.contextmanager
     def installed(self) -> Iterator["StopSignals"]:
@@ -428,14 +433,14 @@ class StopSignals:
             self._deferred = False
         if self.received is not None:
             self.outside = True
-            raise Preempted(f"{self.received} arrived while {self.doing}; the run stopped there.")
+            raise self.stopped()
 
     @contextlib.contextmanager
     def deferred(self) -> Iterator[None]:
         """Inside: a signal only sets :attr:`received` (the checkpoint callback stops at the next call boundary)."""
         if self.received is not None:  # arrived just before: stop now
             self.outside = True
-            raise Preempted(f"{self.received} arrived while {self.doing}; the run stopped there.")
+            raise self.stopped()
         self._deferred = True
         try:
             yield

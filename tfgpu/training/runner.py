@@ -105,8 +105,7 @@ def run(recipe: Optional[str], overrides: Sequence[str] = (), output_dir: Option
         except TfgpuError:
             if stop.outside and stop.received:  # the handler's Preempted, caught on its way up by code that
                 # reported it as its own error (a data reader's "cannot read FILE: SIGTERM arrived while ...")
-                raise _preempted(Preempted(f"{stop.received} arrived while {stop.doing}; the run stopped there."),
-                                 stop, target) from None
+                raise _preempted(stop.stopped(), stop, target) from None
             raise
 
 
