@@ -139,6 +139,45 @@ def test_plan_shows_what_the_run_trains():
     assert data["run"]["files_checked"] is True
 
 
+#: Where a recipe names user code as 'package.module:name' (``--set`` overrides of the breast-cancer recipe).
+USER_CODE = {
+    "train.callbacks": ["train.callbacks=['evilpkg.cb:Foo']"],
+    "model.builder": ["model.layers=null", "model.builder=evilpkg.cb:build"],
+    "data.builder": ["data={kind: builder, builder: 'evilpkg.cb:data'}"],
+    "namespace package": ["train.callbacks=['nspkg.cb:Foo']"],  # a folder without __init__.py
+}
+#: Modules `plan` cannot find, exit 3: the first two with the words of before issue 34; a parent that is no
+#: package in ``import``'s words (``importlib.util.find_spec`` said "__path__ attribute not found on ...").
+NOT_FOUND = {
+    "nopkg.cb:Foo": "train.callbacks[0]: cannot import module 'nopkg.cb' (received 'nopkg.cb:Foo'): "
+                    "No module named 'nopkg'.",
+    "evilpkg.nope:Foo": "train.callbacks[0]: cannot import module 'evilpkg.nope' (received 'evilpkg.nope:Foo'): "
+                        "No module named 'evilpkg.nope'.",
+    "evilpkg.cb.sub:Foo": "train.callbacks[0]: cannot import module 'evilpkg.cb.sub' (received "
+                          "'evilpkg.cb.sub:Foo'): No module named 'evilpkg.cb.sub'; 'evilpkg.cb' is not a package.",
+}
+
+
+def test_plan_finds_user_modules_without_running_them(tmp_path):
+    """Issue 34: `plan` runs nothing. A package in the current directory named by train.callbacks, model.builder
+    or data.builder is found, but neither its __init__.py nor the module is run (each writes a marker file)."""
+    marker = tmp_path / "ran"
+    for folder, code in (("evilpkg", "__init__.py"), ("evilpkg", "cb.py"), ("nspkg", "cb.py")):
+        (tmp_path / folder).mkdir(exist_ok=True)
+        (tmp_path / folder / code).write_text(f"open({str(marker)!r}, 'a').write('{folder}/{code} ran\\n')\n")
+    for key, sets in USER_CODE.items():
+        result = run_cli("plan", str(ROOT / BREAST), *[a for s in sets for a in ("--set", s)], cwd=tmp_path)
+        assert result.returncode == 0, (key, result.stderr)
+        assert "Run (" in result.stdout
+        assert not marker.exists(), (key, marker.read_text())
+    for name, message in NOT_FOUND.items():
+        result = run_cli("plan", str(ROOT / BREAST), "--set", f"train.callbacks=['{name}']", cwd=tmp_path)
+        assert result.returncode == 3, result.stderr
+        assert message in result.stderr
+        one_paragraph(result.stderr)
+        assert not marker.exists(), (name, marker.read_text())
+
+
 def test_plan_without_recipe_or_for_launch_checks_no_model():
     """The defaults have no model: `plan` alone (tfgpu.setup()'s settings) and `plan --launch` still plan."""
     for args in ([], ["--launch"], [MNIST, "--launch", "--set", "model.optimizer=adamm"]):
