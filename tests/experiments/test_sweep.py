@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Optional, Sequence
 
 import pytest
 import yaml
@@ -308,10 +310,64 @@ def _status_when_stopped(run_dir: Path) -> dict:
     return json.loads((run_dir / "summary.json").read_text())
 
 
+def _sessions(recipe: Path, directory: Path, totals: Sequence[int], storage: Optional[Path] = None,
+              shared: bool = False) -> tuple[list[dict], list[Optional[int]]]:
+    """The points a sweep and its resumptions draw, without a trial: one :class:`Sweep` per session (as ``tfgpu
+    sweep``, then ``--resume``, opens the study in ``directory``, or on ``storage`` shared with other sweeps), each
+    asking trials until the study has ``totals[i]`` and telling each a value at once (its learning rate's distance
+    from 3e-3, for TPE to learn from). Returns each trial's parameters, in order, and each session's seed."""
+    from tfgpu.experiments.sweep import Sweep
+
+    directory.mkdir(parents=True, exist_ok=True)
+    spec = str((storage or directory / "study.journal").resolve())
+    params, seeds = [], []
+    for total in totals:
+        sweep = Sweep(load_config(recipe, [f"sweep.trials={total}"]), str(recipe), [], directory, spec, "study", [],
+                      total, shared)
+        seeds.append(sweep.seed)
+        while (found := sweep.next_trial()) is not None:
+            frozen, resumed, lock = found
+            lock.close()
+            assert not resumed
+            params.append(frozen.params)
+            sweep.study.tell(frozen.number, abs(math.log(frozen.params["model.optimizer.learning_rate"] / 3e-3)))
+    return params, seeds
+
+
+def _points(params: list[dict]) -> set:
+    return {tuple(sorted(p.items())) for p in params}
+
+
+def test_a_resumed_sweep_draws_new_points_and_the_same_ones_each_time(tmp_path):
+    """A resumed seeded sweep's sampler gets sweep.seed moved on by the trials the study holds (issue 34, item 4):
+    2 trials, then resumed to 4, draw 4 different points (the shipped TPE's startup trials and random; before, the
+    resumed sampler began its sequence again and trial 2 was trial 0), the same 4 each time, and a new sweep's
+    first points are as before. A grid keeps sweep.seed, so neither its resumed sessions nor two sweeps sharing
+    its study draw a point twice. No trial runs: each session asks and tells the study as the sweep does."""
+    for name, change in [("tpe", {}), ("random", {"sampler": "random"})]:  # tpe: the shipped n_startup_trials 4
+        recipe = sweep_recipe(tmp_path, f"{name}.yaml", **change)
+        first, seeds = _sessions(recipe, tmp_path / name / "a", [2, 4])
+        assert len(_points(first)) == 4, (name, first)
+        assert seeds == [0, 2]  # sweep.seed, then sweep.seed + the 2 trials the study held
+        assert _sessions(recipe, tmp_path / name / "b", [2, 4]) == (first, seeds)  # deterministic
+        assert _sessions(recipe, tmp_path / name / "c", [4])[0][:2] == first[:2]  # a new study: sweep.seed itself
+
+    grid = sweep_recipe(tmp_path, "grid.yaml", sampler="grid", parameters={
+        "model.optimizer.learning_rate": {"choice": [1.0e-3, 3.0e-3, 1.0e-2]},
+        "train.batch_size_per_replica": {"choice": [16, 32]}})
+    points, seeds = _sessions(grid, tmp_path / "grid", [2, 4, 6])
+    assert len(_points(points)) == 6 and seeds == [0, 0, 0]
+    storage = tmp_path / "shared.journal"
+    one, seeds_one = _sessions(grid, tmp_path / "machine0", [3], storage, shared=True)
+    two, seeds_two = _sessions(grid, tmp_path / "machine1", [6], storage, shared=True)
+    assert len(one) == len(two) == 3 and len(_points(one + two)) == 6 and seeds_one == seeds_two == [0]
+
+
 @pytest.mark.slow
 def test_a_sweep_stopped_then_killed_mid_trial_resumes_keeping_finished_trials(tmp_path):
     """A sweep stopped by SIGTERM, then SIGKILLed, mid-trial resumes that trial from its checkpoint and keeps the
-    finished one. Trains its own runs: it stops and kills the sweep mid-trial, which a shared run must not suffer."""
+    finished one; resumed to 4 trials, its sampler draws new points, the ones a replay of its sessions draws.
+    Trains its own runs: it stops and kills the sweep mid-trial, which a shared run must not suffer."""
     recipe = sweep_recipe(tmp_path, epochs=40, trials=2, sampler="random", pruner="none")
     sweep = _sweep_until([str(recipe), "--output-dir", "runs"], tmp_path, trial=1, epochs=3)
     sweep.send_signal(signal.SIGTERM)  # the sweep stops its trial with SIGTERM: a checkpoint, exit 75
@@ -319,6 +375,7 @@ def test_a_sweep_stopped_then_killed_mid_trial_resumes_keeping_finished_trials(t
     directory = sweep_dir(tmp_path / "runs")
     assert sweep.returncode == 75, out + err
     one_paragraph(err)
+    assert json.loads((directory / "sweep.json").read_text())["status"] == "interrupted"
     assert f"tfgpu sweep --resume {directory.relative_to(tmp_path)}" in err
     trial1 = directory / "trials/trial-0001"
     stopped = json.loads((trial1 / "summary.json").read_text())
@@ -335,7 +392,7 @@ def test_a_sweep_stopped_then_killed_mid_trial_resumes_keeping_finished_trials(t
     assert killed["status"] == "preempted" and killed["epochs_completed"] >= stopped["epochs_completed"] + 3
     assert {t.number: t.state.name for t in study_of(directory).trials} == {0: "COMPLETE", 1: "RUNNING"}
 
-    resumed = run_cli("sweep", "--resume", str(directory), cwd=tmp_path, timeout=300)
+    resumed = run_cli("sweep", "--resume", str(directory), "--trials", "4", cwd=tmp_path, timeout=400)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert "trial 1 continues on slot 0" in resumed.stdout and "trial 0 " not in resumed.stdout
     assert (directory / "trials/trial-0000/summary.json").read_text() == first  # the finished trial was kept
@@ -344,8 +401,39 @@ def test_a_sweep_stopped_then_killed_mid_trial_resumes_keeping_finished_trials(t
     assert len(summary["restarts"]) == 2  # continued from its checkpoint twice, never started again
     epochs = [int(r["epoch"]) for r in csv.DictReader((trial1 / "metrics.csv").open())]
     assert epochs == list(range(40))
-    assert {t.number: t.state.name for t in study_of(directory).trials} == {0: "COMPLETE", 1: "COMPLETE"}
+    trials = sorted(study_of(directory).trials, key=lambda t: t.number)
+    assert {t.number: t.state.name for t in trials} == {0: "COMPLETE", 1: "COMPLETE", 2: "COMPLETE", 3: "COMPLETE"}
     assert {r["status"] for r in csv.DictReader((directory / "results.csv").open())} == {"completed"}
+    # seed 0 again would have drawn trials 2 and 3 as 0 and 1; seed 0 + the study's 2 trials draws new points
+    params = [t.params for t in trials]
+    assert len(_points(params)) == 4, params
+    record = json.loads((directory / "sweep.json").read_text())
+    assert record["status"] == "completed" and record["sampler_seed"] == 2
+    assert _sessions(recipe, tmp_path / "replay", [2, 4])[0] == params  # the same sessions draw the same points
+
+
+@pytest.mark.slow
+def test_a_sweep_interrupted_before_any_trial_finished_is_interrupted_and_resumes(tmp_path):
+    """Ctrl-C during the first trial: sweep.json says interrupted, not failed (issue 34, item 14), the exit is
+    130, and --resume continues the trial to the end. Trains its own run: it interrupts the sweep mid-trial."""
+    recipe = sweep_recipe(tmp_path, epochs=30, trials=1, sampler="random", pruner="none")
+    sweep = _sweep_until([str(recipe), "--output-dir", "runs"], tmp_path, trial=0, epochs=1)
+    sweep.send_signal(signal.SIGINT)  # as a terminal's Ctrl-C: the sweep stops its trial with SIGTERM
+    out, err = sweep.communicate(timeout=120)
+    directory = sweep_dir(tmp_path / "runs")
+    assert sweep.returncode == 130, out + err
+    one_paragraph(err)
+    assert "interrupted (Ctrl-C)" in err and f"tfgpu sweep --resume {directory.relative_to(tmp_path)}" in err
+    assert json.loads((directory / "sweep.json").read_text())["status"] == "interrupted"
+    stopped = json.loads((directory / "trials/trial-0000/summary.json").read_text())
+    assert stopped["status"] == "preempted" and 1 <= stopped["epochs_completed"] < 30  # no trial finished
+    assert [t.state.name for t in study_of(directory).trials] == ["RUNNING"]
+
+    resumed = run_cli("sweep", "--resume", str(directory), cwd=tmp_path, timeout=300)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "trial 0 continues on slot 0" in resumed.stdout
+    assert json.loads((directory / "sweep.json").read_text())["status"] == "completed"
+    assert json.loads((directory / "trials/trial-0000/summary.json").read_text())["epochs_completed"] == 30
 
 
 @pytest.mark.slow

@@ -8,7 +8,7 @@ the metric to the study after every epoch and stops the trial when the pruner sa
 
 The sweep directory (``output.dir/NAME-sweep-YYYYmmdd-HHMMSS``):
 
-- ``sweep.json``: the recipe, ``--set`` items, storage, study name, slots and status;
+- ``sweep.json``: the recipe, ``--set`` items, storage, study name, slots, this session's sampler seed and status;
 - ``study.journal``: the study (Optuna's ``JournalFileBackend``; ``--storage URL`` uses a database instead);
 - ``trials/trial-NNNN/``: each trial's run directory, ``trials/trial-NNNN.log`` its output;
 - ``results.csv``: trial, parameters, metric, status, epochs, seconds, run directory (also printed);
@@ -42,7 +42,8 @@ from typing import Any, Iterator, Optional, Sequence
 
 from ..config import Config, load_config
 from ..errors import ConfigError, Interrupted, Preempted, SweepError, TfgpuError
-from ..tracking.study import TRIAL_ENV, distributions, grid_size, import_optuna, masked, open_storage, pruner, sampler
+from ..tracking.study import (TRIAL_ENV, distributions, grid_size, import_optuna, masked, open_storage, pruner, sampler,
+                              session_seed)
 from ..utils.console import say, table_lines, warn
 
 SWEEP_FILE = "sweep.json"
@@ -207,6 +208,13 @@ class Sweep:
         trials: the study's number of trials in all.
         shared: the storage was given (``--storage``): other sweep processes may share the study, so the
             sampler's seed is mixed with this sweep directory's path.
+
+    Attributes:
+        seed: the seed this process gave its sampler (:func:`tfgpu.tracking.study.session_seed`: ``sweep.seed``,
+            moved on by the trials the study already held, so a resumed sweep draws new points).
+
+    Raises:
+        SweepError: the study cannot be created or opened, or it exists with the other direction.
     """
 
     def __init__(self, cfg: Config, recipe: str, overrides: Sequence[str], directory: Path, storage: str,
@@ -227,13 +235,15 @@ class Sweep:
         self.storage = open_storage(storage)
         self.direction = direction_of(cfg)
         try:
-            seed = cfg.sweep.seed
-            if seed is not None and shared:  # processes sharing a study must not all draw the same points
-                import zlib  # noqa: PLC0415
-
-                seed = (seed + zlib.crc32(str(directory.resolve()).encode())) % 2**32
-            self.study = optuna.create_study(study_name=study_name, storage=self.storage, sampler=sampler(cfg, seed),
-                                             pruner=pruner(cfg.sweep.pruner), direction=self.direction, load_if_exists=True)
+            try:  # (a resumed study: its sampler continues the sequence, session_seed)
+                before = len(self.storage.get_all_trials(self.storage.get_study_id_from_name(study_name),
+                                                         deepcopy=False))
+            except KeyError:  # a new study
+                before = 0
+            self.seed = session_seed(cfg, before, str(directory.resolve()) if shared else "")
+            self.study = optuna.create_study(study_name=study_name, storage=self.storage,
+                                             sampler=sampler(cfg, self.seed), pruner=pruner(cfg.sweep.pruner),
+                                             direction=self.direction, load_if_exists=True)
         except TfgpuError:
             raise
         except Exception as exc:
@@ -721,12 +731,11 @@ def run_sweep(recipe: Optional[str], overrides: Sequence[str] = (), trials: Opti
     try:
         sweep = Sweep(cfg, record["recipe"], overrides, directory, storage, study_name, slots, cfg.sweep.trials, shared)
         parent = _start_tracking(cfg, sweep, record["recipe"], saved.get("mlflow"))
-    except BaseException:
-        _set_status(directory, "failed")
+    except BaseException as exc:
+        _set_status(directory, "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed")
         raise
-    if parent:
-        write_json(directory / SWEEP_FILE, {**json.loads((directory / SWEEP_FILE).read_text(encoding="utf-8")),
-                                            "mlflow": parent})
+    # (this session's sampler seed: a resumed sweep's is moved on by the trials it found, Sweep.seed)
+    _set_status(directory, "running", sampler_seed=sweep.seed, **({"mlflow": parent} if parent else {}))
     previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
 
     def on_signal(signum: int, frame: Any) -> None:
@@ -734,7 +743,7 @@ def run_sweep(recipe: Optional[str], overrides: Sequence[str] = (), trials: Opti
 
     for s in previous:
         signal.signal(s, on_signal)
-    status = "failed"
+    status, clean = "failed", False
     hint = f"free space on that filesystem, then continue: tfgpu sweep --resume {directory}"
     try:
         try:
@@ -753,20 +762,21 @@ def run_sweep(recipe: Optional[str], overrides: Sequence[str] = (), trials: Opti
             raise SweepError(f"the study's storage {masked(storage)!r} failed: {type(exc).__name__}: "
                              f"{masked(str(exc).splitlines()[0] if str(exc) else '')}.",
                              f"check the storage, then continue: tfgpu sweep --resume {directory}") from None
-        status = "stopped" if sweep.stopping else "completed"
+        clean = True
+        if sweep.stopping in ("Ctrl-C", "SIGTERM"):
+            status = "interrupted"  # finished trials or none: --resume continues it
+        elif sweep.recipe_error or _best(sweep.study) is None:
+            status = "failed"  # (the recipe's error stopped it, or every trial failed)
+        else:
+            status = "completed"
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
         for trial in sweep.running.values():  # (only after an unexpected error: stop them, keep their checkpoints)
             trial.process.send_signal(signal.SIGTERM)
-        rows, best_path, seconds = _record_end(sweep, status, started, ok=status != "failed")
+        rows, best_path, seconds = _record_end(sweep, status, started, ok=clean)
         _end_tracking(parent, sweep, status)
-    try:
-        best = sweep.study.best_trial
-    except ValueError:
-        best = None
-    if best is None or sweep.recipe_error:
-        _set_status(directory, "failed")
+    best = _best(sweep.study)
     print(table(rows, best.number if best else None), flush=True)
     if sweep.stopping and sweep.stopping in ("Ctrl-C", "SIGTERM"):
         hint = f"continue it with: tfgpu sweep --resume {directory}"
@@ -787,6 +797,14 @@ def run_sweep(recipe: Optional[str], overrides: Sequence[str] = (), trials: Opti
     say(f"best: trial {best.number}, {cfg.sweep.metric} {best.value:.4f}; {best_path}")
     say(f"done in {seconds:.1f}s: {directory}")
     return SweepResult(directory, rows, best.number, best.value)
+
+
+def _best(study: Any) -> Any:
+    """The study's best trial (``optuna.Study.best_trial``), ``None`` when no trial completed."""
+    try:
+        return study.best_trial
+    except ValueError:
+        return None
 
 
 def _set_status(directory: Path, status: str, **more: Any) -> None:
@@ -846,8 +864,7 @@ def _end_tracking(ref: Optional[dict[str, Any]], sweep: Sweep, status: str) -> N
     from ..tracking import mlflow as tracking  # noqa: PLC0415
 
     # (not sweep.json: a database URL in it may hold a password)
-    tracking.end_parent_run(ref, {"stopped": "interrupted"}.get(status, status),
-                            [sweep.directory / RESULTS_FILE, sweep.directory / BEST_FILE])
+    tracking.end_parent_run(ref, status, [sweep.directory / RESULTS_FILE, sweep.directory / BEST_FILE])
 
 
 # Inside a trial -------------------------------------------------------------------------------------------------------

@@ -59,8 +59,35 @@ def _construct(module: Any, names: dict[str, str], value: Any, key: str, **extra
             f"(https://optuna.readthedocs.io/en/stable/reference/{module.__name__.split('.')[-1]}.html).") from None
 
 
+def session_seed(cfg: Config, trials_before: int, salt: str = "") -> Optional[int]:
+    """The seed one sweep process gives its sampler (``sweep.json``'s ``sampler_seed``).
+
+    Optuna's samplers (https://optuna.readthedocs.io/en/stable/reference/samplers/index.html) keep their random
+    state in memory only: ``optuna.samplers.RandomSampler(seed)``, and ``TPESampler(seed)`` whose startup trials
+    are a ``RandomSampler``'s, draw the same sequence from the same seed, so a resumed sweep whose sampler got
+    ``sweep.seed`` again would draw the points already tried, in the same order. The seed is therefore
+    ``sweep.seed`` plus ``trials_before``, the study's trials (of every state) when this process opened it,
+    plus, for a process that shares the study with others (``salt``: its sweep directory), the CRC-32 of
+    ``salt``; modulo 2**32. A new study gets ``sweep.seed`` itself, and a resumed one a seed that only its
+    history decides: it draws new points, the same ones each time the same history is resumed.
+
+    ``grid`` gets ``sweep.seed`` unchanged: ``optuna.samplers.GridSampler`` gives trial N the N-th point of the
+    grid shuffled with its seed, so every process and session must shuffle alike (then no point is drawn twice).
+    ``None`` when ``sweep.seed`` is null: Optuna seeds from the system.
+    """
+    seed = cfg.sweep.seed
+    if seed is None or cfg.sweep.sampler_name == "grid":
+        return seed
+    if salt:  # processes sharing a study must not all draw the same points
+        import zlib  # noqa: PLC0415
+
+        seed += zlib.crc32(salt.encode())
+    return (seed + trials_before) % 2**32
+
+
 def sampler(cfg: Config, seed: Optional[int] = None) -> Any:
-    """``sweep.sampler`` as an ``optuna.samplers`` object, seeded with ``seed`` (default ``sweep.seed``).
+    """``sweep.sampler`` as an ``optuna.samplers`` object, seeded with ``seed`` (default ``sweep.seed``; a
+    sweep gives :func:`session_seed`).
 
     ``grid``: ``optuna.samplers.GridSampler`` without its stop: Optuna's ``after_trial`` calls
     ``Study.stop()`` when the grid is used up, which raises outside ``Study.optimize`` (the sweep asks and
