@@ -426,17 +426,27 @@ def label_task(ys: Sequence[tuple[str, np.ndarray]], loss: Any, num_classes: Opt
     return Labels("classification", count, "uint8" if count <= 256 else "int32")
 
 
+#: The largest magnitude a float32 holds (``numpy.finfo("float32").max``): inputs, targets and weights are float32
+#: in the model, where a larger number (``1e39`` in a float64 array or a CSV cell) becomes infinity.
+FLOAT32_MAX = 3.4028234663852886e38
+
+
 def check_finite(x: np.ndarray, where: str) -> None:
-    """Float inputs must be finite (a NaN input makes every loss NaN).
+    """Float inputs must be finite, also once in float32 (a NaN input makes every loss NaN; a float64 ``1e39``
+    becomes infinity in the model's float32).
 
     Raises:
         DataError: naming the first sample that is not.
     """
     if np.issubdtype(x.dtype, np.floating):
-        bad = ~np.isfinite(x.reshape(len(x), -1)).all(axis=1)
+        flat = x.reshape(len(x), -1)
+        bad = ~np.isfinite(flat).all(axis=1)
+        if x.dtype.itemsize > 4:
+            bad |= (np.abs(np.nan_to_num(flat)) > FLOAT32_MAX).any(axis=1)
         if bad.any():
-            raise DataError(f"{where}: sample {int(np.argmax(bad))} holds NaN or infinite values.",
-                            "fill or drop the missing values before training.")
+            raise DataError(f"{where}: sample {int(np.argmax(bad))} holds NaN or infinite values, or values beyond "
+                            f"float32's range (+-{FLOAT32_MAX:.4g}), in which the model computes.",
+                            "fill or drop the missing values (and rescale the huge ones) before training.")
 
 
 def rescale_for(cfg: DataConfig, x_dtype: str) -> Optional[float]:

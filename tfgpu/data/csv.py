@@ -27,16 +27,32 @@ from ..config import DataConfig
 from ..errors import DataError
 from ..utils.lazy import numpy as np
 from .arrays import arrange
-from .base import Data, LoadContext, Source, existing
+from .base import FLOAT32_MAX, Data, LoadContext, Source, existing
 
 
 def finite_number(text: str) -> Optional[float]:
-    """A CSV cell as a finite float, else ``None`` (empty, text, NaN, infinity)."""
+    """A CSV cell as a float that is finite in float32, else ``None`` (empty, text, NaN, infinity, or beyond
+    :data:`FLOAT32_MAX` in magnitude); :func:`not_a_number` says which."""
     try:
         value = float(text)
     except ValueError:
         return None
-    return value if math.isfinite(value) else None
+    return value if math.isfinite(value) and abs(value) <= FLOAT32_MAX else None
+
+
+def not_a_number(cell: str, text: str = "not a number") -> str:
+    """Why a cell that :func:`finite_number` refused is refused, for a message: ``is empty``, ``is 'x', not a
+    number`` (``text``), ``is 'nan', not a finite number`` or ``is '1e39', beyond float32's range``."""
+    cell = cell.strip()
+    if not cell:
+        return "is empty"
+    try:
+        value = float(cell)
+    except ValueError:
+        return f"is {cell!r}, {text}"
+    if not math.isfinite(value):
+        return f"is {cell!r}, not a finite number"
+    return f"is {cell!r}, beyond float32's range (+-{FLOAT32_MAX:.4g}), in which the model computes"
 
 
 def read_rows(path: Path, delimiter: str, where: str, shown: Any, fix_unreadable: str) -> list[tuple[int, list[str]]]:
@@ -120,8 +136,7 @@ def read_csv(path: Path, key: str, label: str, features: Optional[list[str]], de
         for j, c in enumerate(cols):
             value = finite_number(row[c])
             if value is None:
-                cell = row[c].strip()
-                what = "is empty" if not cell else f"is {cell!r}, not a number"
+                what = not_a_number(row[c])
                 raise DataError(
                     f"data.{key}: {path}, line {line}, column '{names[j]}' {what}; every feature must be numeric "
                     "(tfgpu does not encode categories).",
@@ -131,19 +146,18 @@ def read_csv(path: Path, key: str, label: str, features: Optional[list[str]], de
             x[i, j] = value
         value = finite_number(row[target])
         if value is None:
-            cell = row[target].strip()
+            what = not_a_number(row[target])
             raise DataError(
-                f"data.{key}: {path}, line {line}, label column '{label}' "
-                + ("is empty." if not cell else f"is {cell!r}, not a number (class labels are numbered 0, 1, ...)."),
+                f"data.{key}: {path}, line {line}, label column '{label}' {what}"
+                + (" (class labels are numbered 0, 1, ...)." if what.endswith("not a number") else "."),
                 f"{fix_cells}; number text classes 0, 1, ... in the file.",
             )
         y[i] = value
         if w is not None:
             value = finite_number(row[weight_col])
             if value is None or value < 0:
-                cell = row[weight_col].strip()
-                what = ("is empty" if not cell else f"is {cell!r}, not a finite number" if value is None
-                        else f"is {cell}, below 0")
+                what = (not_a_number(row[weight_col], "not a finite number") if value is None
+                        else f"is {row[weight_col].strip()}, below 0")
                 raise DataError(
                     f"data.sample_weight: {path}, line {line}, weight column '{weight}' {what}; a sample's weight "
                     "is a finite number >= 0 (0 leaves the row out of the loss).",

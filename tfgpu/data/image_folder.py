@@ -217,10 +217,19 @@ def walk_sorted(root: Path | str) -> list[tuple[str, list[str]]]:
     the files operating systems leave (``Thumbs.db``, ``desktop.ini``) are left out.
 
     The walk is pruned as it goes (``os.walk`` top-down), then sorted: sorting ``os.walk`` itself would
-    read the whole tree first, hidden folders included."""
+    read the whole tree first, hidden folders included. Symbolic links to folders are followed, at every depth
+    (training and ``tfgpu predict`` read the same files from a tree built of links), each real folder once: a
+    link back up the tree is not entered again."""
     found = []
-    for dirpath, dirnames, files in os.walk(root):
-        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+    seen = {os.path.realpath(root)}
+    for dirpath, dirnames, files in os.walk(root, followlinks=True):
+        kept = []
+        for d in dirnames:
+            real = os.path.realpath(os.path.join(dirpath, d))
+            if not d.startswith(".") and real not in seen:
+                seen.add(real)
+                kept.append(d)
+        dirnames[:] = kept
         found.append((dirpath, sorted(f for f in files if not f.startswith(".") and f.lower() not in _IGNORED)))
     return sorted(found, key=lambda w: w[0])
 
