@@ -288,6 +288,21 @@ def test_plot_curves_in_process_reads_its_lines_back_from_the_figure(runs, tmp_p
 
 
 @pytest.mark.slow
+def test_a_dollar_sign_in_a_run_name_is_drawn_as_written(runs, tmp_path):
+    """Run names are text, not mathtext: ``lr-$\\frac$`` (a TeX command without its arguments) crashed the plot in
+    matplotlib's mathtext parser; it is drawn as written, in the title and the legend."""
+    from tfgpu.experiments.compare import compare_runs, plot_curves  # noqa: PLC0415
+
+    names = ["lr-$\\frac$", "cost $5 $x"]
+    for name in names:
+        shutil.copytree(runs["slow"], tmp_path / name)
+    png = tmp_path / "curves.png"
+    plot = plot_curves(compare_runs([tmp_path / n for n in names])["runs"], png)
+    assert png.stat().st_size > 0 and all(n in plot["title"] for n in names)
+    assert {line["run"] for line in plot["panels"][0]["lines"]} == set(names)
+
+
+@pytest.mark.slow
 def test_compare_of_runs_that_share_a_folder_name(runs, tmp_path):
     copy = tmp_path / "elsewhere" / runs["fast"].name
     shutil.copytree(runs["fast"], copy)

@@ -644,6 +644,16 @@ def plot_curves(runs: Sequence[dict[str, Any]], file: str | Path, metric: Option
             :class:`~tfgpu.errors.DiskFull`).
     """
     path = check_plot_file(file)
+    from matplotlib import rc_context  # noqa: PLC0415 - the plots extra, only here
+
+    # run names and metric names are drawn as written: a '$' in one is not the start of mathtext (which failed
+    # to parse 'lr=$1e-3' and crashed the plot)
+    with rc_context({"text.parse_math": False}):
+        return _draw(runs, path, metric)
+
+
+def _draw(runs: Sequence[dict[str, Any]], path: Path, metric: Optional[str]) -> dict[str, Any]:
+    """:func:`plot_curves`'s figure, drawn and saved to ``path``."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: PLC0415 - the plots extra, only here
     from matplotlib.colors import to_hex  # noqa: PLC0415
     from matplotlib.figure import Figure  # noqa: PLC0415
