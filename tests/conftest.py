@@ -11,9 +11,11 @@ import fcntl
 import os
 import pickle
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
@@ -145,6 +147,20 @@ def run_cli(*args: str, cwd: Path = ROOT, timeout: int = 600, needs: tuple[str, 
     """Run ``tfgpu ARGS`` as a user would, in a subprocess (``needs``: as :func:`child_env`'s)."""
     return subprocess.run([sys.executable, "-m", "tfgpu.cli", *args], capture_output=True, text=True,
                           timeout=timeout, env=child_env(needs=needs, **env), cwd=cwd)
+
+
+def sigterm_when(folder: Path, pattern: str, *args: str, timeout: int = 240) -> tuple[int, str]:
+    """Start ``tfgpu ARGS``, send it SIGTERM as soon as ``folder`` holds a file matching ``pattern`` (a temporary
+    file it writes), and wait for it to end: ``(exit code, stderr)``."""
+    process = subprocess.Popen([sys.executable, "-m", "tfgpu.cli", *args], cwd=ROOT, env=child_env(),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + timeout
+    while not list(folder.glob(pattern)) and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert list(folder.glob(pattern)), f"{pattern} never appeared in {folder}: {process.communicate()[1][-2000:]}"
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=timeout)
+    return process.returncode, stderr
 
 
 def one_paragraph(text: str) -> None:

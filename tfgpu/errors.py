@@ -37,6 +37,9 @@ Exit codes (also in the README):
       arrived; a checkpoint was saved: requeue the job, or continue it with
       ``tfgpu run --resume RUN_DIR`` (75 is sysexits' EX_TEMPFAIL, "try again")
 130   :class:`Interrupted`: Ctrl-C; the run directory is kept
+141   the reader of the output closed it (``tfgpu predict ... | head``): the
+      command stopped there without a message, as one ended by SIGPIPE
+      (128 + 13) would
 ====  =====================================================================
 """
 
@@ -49,8 +52,12 @@ import signal
 EXIT_CODES = {0: "success", 1: "an uncaught exception", 2: "usage error", 3: "configuration error", 4: "device error",
               5: "data error", 6: "TensorFlow already initialised", 7: "training failed", 8: "output error",
               9: "doctor found an error", 10: "worker failed", 11: "tracking error",
-              12: "sweep error", 75: "preempted", 130: "interrupted"}
+              12: "sweep error", 75: "preempted", 130: "interrupted",
+              141: "output pipe closed"}
 
+#: The exit code of a command whose stdout was closed by its reader (``| head``): 128 + SIGPIPE, as a shell reports
+#: a command that SIGPIPE ended.
+BROKEN_PIPE = 141
 #: The exit code of a supervisor whose worker crashed or was killed (:class:`WorkerError`).
 WORKER_FAILED = 10
 #: The exit code of an interrupted run (:class:`Interrupted`), and of a worker killed by SIGINT.

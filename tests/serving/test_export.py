@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from ..conftest import ROOT, copy_run, data_dir, one_paragraph, run_cli, run_python
+from ..conftest import ROOT, copy_run, data_dir, one_paragraph, run_cli, run_python, sigterm_when
 
 FORMATS = ("savedmodel", "onnx", "litert")
 RECORD = {"savedmodel": "savedmodel/{name}/1/export.json", "onnx": "model.onnx.export.json",
@@ -216,6 +216,36 @@ def test_a_failed_export_leaves_nothing_behind(runs, tmp_path):
     result = run_cli("export", "onnx", str(runs["csv"]), "-o", str(target), "--set", f"data.path={tmp_path}/gone.csv")
     assert result.returncode == 5, result.stderr[-2000:]
     assert "data.path" in result.stderr and "gone.csv" in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_an_export_never_writes_over_a_runs_files(runs, tmp_path):
+    """``-o RUN/model.keras`` (the trained model: its checkpoint is gone once a run completes), another run's
+    summary.json, or a name a run writes (its checkpoint folder, gone once it completed): exit 2 before any work,
+    every run file as it was (it exited 0 and replaced model.keras with ONNX bytes)."""
+    run_dir, other = runs["csv"], runs["images"]
+    before = {p: p.read_bytes() for r in (run_dir, other) for p in r.iterdir() if p.is_file()}
+    for fmt, output, over in (("onnx", run_dir / "model.keras", run_dir / "model.keras"),
+                              ("litert", other / "summary.json", other / "summary.json"),
+                              ("onnx", run_dir / "metrics.csv", run_dir / "metrics.csv"),
+                              ("onnx", run_dir / "checkpoint", run_dir / "checkpoint")):
+        result = run_cli("export", fmt, str(run_dir), "-o", str(output))
+        assert result.returncode == 2, result.stderr[-2000:]
+        assert f"would write over {over}, a file of the run directory" in result.stderr, result.stderr
+        one_paragraph(result.stderr.split("Fix:")[0])
+    assert {p: p.read_bytes() for r in (run_dir, other) for p in r.iterdir() if p.is_file()} == before
+
+
+@pytest.mark.slow
+def test_sigterm_during_an_export_exits_75_and_leaves_no_staging_folder(runs, tmp_path):
+    """SIGTERM once the staging folder exists (TensorFlow starting, or converting): exit 75 with one paragraph,
+    and nothing left, not the hidden ``.m.onnx.tmp-*`` folder (the signal's default action left it, exit 143)."""
+    code, stderr = sigterm_when(tmp_path, ".m.onnx.tmp-*", "export", "onnx", str(runs["csv"]), "-o",
+                                str(tmp_path / "m.onnx"))
+    assert code == 75, stderr[-3000:]
+    assert "tfgpu: preempted: tfgpu export onnx: SIGTERM arrived while" in stderr
+    one_paragraph(stderr.split("Fix:")[0])
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 

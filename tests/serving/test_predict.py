@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ..conftest import SMALL_PNG, copy_run, data_dir, one_paragraph, run_cli
+from ..conftest import SMALL_PNG, copy_run, data_dir, one_paragraph, run_cli, sigterm_when
 
 SAMPLES = SMALL_PNG  # MNIST images per split written as PNGs
 
@@ -271,3 +271,131 @@ def test_a_full_disk_under_the_output_is_exit_8_with_the_free_space_and_leaves_n
     assert " free of " in error.message and "Nothing was written." in error.message and "--output" in error.hint
     one_paragraph(error.report())
     assert os.listdir(tmp_path) == []
+
+
+# --- issue 34: what predict may write, labels as users store them, signals and pipes -----------------------------
+
+
+@pytest.mark.slow
+def test_outputs_over_a_runs_files_or_for_a_missing_run_are_refused_and_create_nothing(image_run, csv_run, tmp_path):
+    """No --output may replace a file of a run directory (this run's or another's), its record included; a check
+    that fails creates no folder; text labels that are not class names and numbers beyond float32 are data
+    errors. All refused before TensorFlow starts, each run file byte for byte as it was."""
+    from recipes.make_examples import mnist  # noqa: PLC0415
+
+    before = {p.name: p.read_bytes() for p in image_run.iterdir() if p.is_file()}
+    digits = mnist(20)
+    npz = tmp_path / "digits.npz"
+    np.savez(npz, x=digits["x_test"], y=digits["y_test"])
+    for output, over in ((image_run / "metrics.csv", "metrics.csv"), (image_run / "summary", "summary.json"),
+                         (csv_run / "metrics.csv", "metrics.csv")):
+        result = _predict(str(image_run), str(npz), "-o", str(output), code=2)
+        assert f"would write over {output.parent / over}, a file of the run directory" in result.stderr
+        one_paragraph(result.stderr.split("Fix:")[0])
+    assert {p.name: p.read_bytes() for p in image_run.iterdir() if p.is_file()} == before
+    # a new file in the run directory may be written, and replaced by a later prediction (its record says what
+    # it is); a file of the user's there may not
+    from tfgpu.serving.predict import check_output  # noqa: PLC0415
+
+    _predict(str(image_run), str(npz), "-o", str(image_run / "preds.csv"))
+    assert json.loads((image_run / "preds.csv.json").read_text())["count"] == 20
+    assert check_output(str(image_run / "preds.csv")) == image_run / "preds.csv"
+    (image_run / "notes.csv").write_text("mine")
+    refused = _predict(str(image_run), str(npz), "-o", str(image_run / "notes.csv"), code=2)
+    assert "would write over" in refused.stderr and (image_run / "notes.csv").read_text() == "mine"
+    for name in ("preds.csv", "preds.csv.json", "notes.csv"):
+        (image_run / name).unlink()
+    # a missing run: exit 5, and the output's folders are not made
+    missing = _predict(str(tmp_path / "no-run"), str(npz), "-o", str(tmp_path / "out" / "new1" / "p.csv"), code=5)
+    assert "is not a run directory" in missing.stderr and not (tmp_path / "out").exists()
+    words = tmp_path / "words.npz"
+    np.savez(words, x=digits["x_test"], y=np.array(["seven"] * 20))
+    refused = _predict(str(image_run), str(words), code=5)
+    assert "y holds text labels 'seven', which are not the run's class names (0, 1, 2" in refused.stderr
+    one_paragraph(refused.stderr.split("Fix:")[0])
+    header, *rows = list(csv.reader(CANCER.open()))
+    rows[1][2] = "1e39"
+    huge = tmp_path / "huge.csv"
+    with huge.open("w", newline="") as f:
+        csv.writer(f).writerows([header, *rows[:4]])
+    refused = _predict(str(csv_run), str(huge), code=5)
+    assert f"line 3, column '{header[2]}' is '1e39', beyond float32's range" in refused.stderr
+    np.save(tmp_path / "huge.npy", np.full((2, 30), 1e39))
+    refused = _predict(str(csv_run), str(tmp_path / "huge.npy"), code=5)
+    assert "holds 1e+39 at sample 0 (index [0, 0]); every value must be a finite number within float32's range" \
+        in refused.stderr
+
+
+@pytest.mark.slow
+def test_one_hot_and_named_labels_and_symlinked_class_folders_are_read_as_training_reads_them(image_run, png,
+                                                                                              tmp_path):
+    """One predict over a tree of linked class folders and the same digits as .npz with integer, one-hot and
+    class-name labels: every form labels every sample as the integers do, and the linked folders are walked."""
+    from recipes.make_examples import mnist  # noqa: PLC0415
+
+    digits = mnist(200)
+    x, y = digits["x_test"], digits["y_test"]
+    np.savez(tmp_path / "int.npz", x=x, y=y)
+    np.savez(tmp_path / "onehot.npz", x=x, y=np.eye(10, dtype=np.float32)[y])
+    np.savez(tmp_path / "names.npz", x=x, y=y.astype(str))
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    for digit in ("3", "8"):
+        (tree / digit).symlink_to(png / "test" / digit, target_is_directory=True)
+    out = tmp_path / "p.csv"
+    _predict(str(image_run), str(tree), *(str(tmp_path / f"{n}.npz") for n in ("int", "onehot", "names")),
+             "-o", str(out))
+    rows = _rows(out)
+    by_input = {name: [r for r in rows if r["id"].startswith(str(tmp_path / f"{name}.npz"))]
+                for name in ("int", "onehot", "names")}
+    assert [r["label"] for r in by_input["int"]] == [str(c) for c in y]
+    for name in ("onehot", "names"):
+        assert [(r["label"], r["correct"]) for r in by_input[name]] == [(r["label"], r["correct"])
+                                                                        for r in by_input["int"]], name
+    linked = [r for r in rows if r["id"].startswith(str(tree))]
+    assert len(linked) == len(list((png / "test" / "3").iterdir())) + len(list((png / "test" / "8").iterdir()))
+    assert {r["label"] for r in linked} == {"3", "8"}
+    record = json.loads((tmp_path / "p.csv.json").read_text())
+    assert record["count"] == len(rows) == len(linked) + 600 and record["labelled"] == len(rows)
+
+
+@pytest.fixture(scope="module")
+def many_digits(tmp_path_factory) -> Path:
+    """60,000 real test digits (the 10,000 six times) as one .npz: a prediction of several seconds."""
+    from recipes.make_examples import mnist  # noqa: PLC0415
+
+    digits = mnist(10000)
+    path = tmp_path_factory.mktemp("many") / "many.npz"
+    np.savez(path, x=np.concatenate([digits["x_test"]] * 6))
+    return path
+
+
+@pytest.mark.slow
+def test_sigterm_while_predicting_exits_75_and_leaves_no_temporary_file(image_run, many_digits, tmp_path):
+    """SIGTERM once the rows' temporary file is open: exit 75 (try again) with one paragraph, and no
+    ``.p.csv.<pid>.tmp`` nor p.csv left (the signal's default action exited 143 and left the file)."""
+    code, stderr = sigterm_when(tmp_path, ".p.csv.*.tmp", "predict", str(image_run), str(many_digits),
+                                "-o", str(tmp_path / "p.csv"))
+    assert code == 75, stderr[-3000:]
+    assert "tfgpu: preempted: tfgpu predict: SIGTERM arrived while predicting 60,000 samples" in stderr
+    one_paragraph(stderr.split("Fix:")[0])
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_a_pipe_closed_by_its_reader_ends_predict_quietly_with_141(image_run, many_digits):
+    """``tfgpu predict RUN x.npz | head -3``: three rows, then exit 141 as for SIGPIPE, no message (it was 1,
+    the code of an internal error)."""
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    from ..conftest import ROOT, child_env  # noqa: PLC0415
+
+    line = (f"'{sys.executable}' -m tfgpu.cli predict '{image_run}' '{many_digits}' | head -3; "
+            'echo "${PIPESTATUS[0]}"')
+    done = subprocess.run(["bash", "-c", line], cwd=ROOT, env=child_env(), capture_output=True, text=True,
+                          timeout=300)
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("id,class,probability,top_k") and len(lines) == 4, done.stdout
+    assert lines[-1] == "141", done.stderr[-3000:]
+    assert "Traceback" not in done.stderr and "Error" not in done.stderr, done.stderr[-3000:]

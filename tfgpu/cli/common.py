@@ -40,6 +40,14 @@ def handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:
                 traceback.print_exc()
             click.echo("tfgpu: interrupted.", err=True)
             sys.exit(130)
+        except BrokenPipeError:
+            # the reader of stdout went away (``tfgpu predict RUN x.npy | head -3``): stop quietly with 141, as a
+            # command that SIGPIPE ends would, and send what is still buffered nowhere (Python's recipe:
+            # https://docs.python.org/3/library/signal.html#note-on-sigpipe)
+            from ..errors import BROKEN_PIPE  # noqa: PLC0415
+
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            sys.exit(BROKEN_PIPE)
 
     return click.option("--debug", is_flag=True, help="Print the traceback of errors (or set TFGPU_DEBUG=1).")(wrapper)
 

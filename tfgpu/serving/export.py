@@ -43,7 +43,7 @@ import numpy as np
 from ..errors import ConfigError, DataError, OutputError, TfgpuError
 from ..utils.files import write_json
 from ..utils.imports import importable
-from .inference import INPUT_NAME, OUTPUT_NAME, RunModel, open_run
+from .inference import INPUT_NAME, OUTPUT_NAME, OutputStop, RunModel, open_run, refuse_run_files
 
 #: The formats, as the command line names them -> ``keras.Model.export``'s ``format``.
 FORMATS = {"savedmodel": "tf_saved_model", "onnx": "onnx", "litert": "litert"}
@@ -148,11 +148,22 @@ def export_artifact(run_dir: str | Path, fmt: str, output: Optional[str] = None,
             raise OutputError(f"tfgpu {command}: -o {target} is a folder; {fmt} writes one file.",
                               f"give a file path such as {target / default_output(run, fmt).name}.")
         record_path = target.with_name(target.name + "." + RECORD_NAME)
+    # an earlier export of this name may be replaced: its record beside it (NAME.export.json) says it is one
+    refuse_run_files(command, "-o", str(base), (target, record_path), earlier_output=record_path.is_file())
+    stop = OutputStop(command)
+    with stop.installed():
+        return _export_staged(run, fmt, target, record_path, version, command, stop)
+
+
+def _export_staged(run: RunModel, fmt: str, target: Path, record_path: Path, version: Optional[int], command: str,
+                   stop: OutputStop) -> dict[str, Any]:
+    """:func:`export_artifact` once its target is checked: export into a staging folder beside ``target``, then
+    move the verified artifact and its record into place; on any failure or stop signal nothing is left."""
     created = [d for d in (target.parent, *target.parent.parents) if not d.exists()]  # removed again on failure
     staging = _staging_dir(target, command)
     done = False
     try:
-        record = _export_into(run, fmt, staging, target, version, command)
+        record = _export_into(run, fmt, staging, target, version, command, stop)
         if fmt == "savedmodel":
             write_json(staging / "artifact" / RECORD_NAME, record)
             _rename(staging / "artifact", target, command)
@@ -258,16 +269,20 @@ def _rename(source: Path, target: Path, command: str) -> None:
 
 
 def _export_into(run: RunModel, fmt: str, staging: Path, target: Path, version: Optional[int],
-                 command: str) -> dict[str, Any]:
+                 command: str, stop: OutputStop) -> dict[str, Any]:
     """Load, sample, export into ``staging/artifact``, verify; return the record."""
     started = time.perf_counter()
     from ..devices.setup import setup  # noqa: PLC0415
     from ..data import source_for  # noqa: PLC0415
 
+    stop.doing = "reading the run's data"
     source = source_for(run.cfg.data, run.cfg.model.loss, run.cfg.tensorflow.seed)
     source.check()  # the data's files, before TensorFlow starts
-    setup(_export_config(run))
-    import keras  # noqa: PLC0415
+    stop.doing = "starting TensorFlow"
+    with stop.held():
+        setup(_export_config(run))
+        import keras  # noqa: PLC0415
+    stop.doing = f"exporting {fmt}"
 
     keras.mixed_precision.set_global_policy("float32")
     from .inference import load_trained_model, serving_model  # noqa: PLC0415

@@ -28,12 +28,14 @@ Nothing here imports TensorFlow or Keras until :func:`load_serving_model`.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from ..config import load_config
-from ..errors import ConfigError, DataError
+from ..errors import ConfigError, DataError, Preempted, UsageError
+from ..training.checkpoint import StopSignals
 
 #: The serving model's input and output names (SavedModel signature keys, ONNX/LiteRT tensor names).
 INPUT_NAME = "inputs"
@@ -249,3 +251,72 @@ def serving_model(model: Any, run: RunModel) -> Any:
 def load_serving_model(run: RunModel, command: str) -> Any:
     """:func:`load_trained_model` then :func:`serving_model`; call inside the strategy's scope if any."""
     return serving_model(load_trained_model(run, command), run)
+
+
+# ----------------------------------------------------------------------------- what predict and export may write
+
+#: The names ``tfgpu run`` and ``tfgpu evaluate`` write in a run directory (:mod:`tfgpu.training.layout`), top
+#: level only: a predict or export output may never take one of them, even where the run has none (yet).
+RUN_FILES = ("config.yaml", "config.resolved.yaml", "plan.json", "metrics.csv", "summary.json", "model.keras",
+             "startup.log", "evaluation.json", "checkpoint", "tensorboard")
+#: The folder of a run directory that holds the exports (:func:`tfgpu.serving.export.default_output`).
+EXPORT_FOLDER = "export"
+
+
+def run_dir_holding(path: Path) -> Optional[Path]:
+    """The run directory ``path`` lies in (its nearest folder with ``summary.json`` and ``config.yaml``), if any."""
+    for folder in Path(os.path.realpath(path)).parents:
+        if (folder / "summary.json").is_file() and (folder / "config.yaml").is_file():
+            return folder
+    return None
+
+
+def refuse_run_files(command: str, option: str, given: str, paths: Sequence[Path],
+                     earlier_output: bool = False) -> None:
+    """Refuse to write ``paths`` (an output and its records) where one would replace a run directory's own file.
+
+    A path inside a run directory (this run's or another's) may be written only under its ``export/`` folder, or
+    where nothing is yet and the name is not one of :data:`RUN_FILES`: ``model.keras``, ``summary.json``,
+    ``metrics.csv``, the configs, the checkpoint and the logs are never replaced (an ONNX file written over
+    ``model.keras`` was the trained model lost). ``earlier_output``: the existing files are an earlier output of
+    the same command with the same name (its record says so), which may be replaced.
+
+    Raises:
+        UsageError: a path would replace a file of a run directory (exit 2: nothing was read or written).
+    """
+    for path in paths:
+        run = run_dir_holding(path)
+        if run is None:
+            continue
+        inside = Path(os.path.realpath(path)).relative_to(run)
+        if inside.parts[0] == EXPORT_FOLDER and len(inside.parts) > 1:
+            continue
+        taken = inside.parts[0] in RUN_FILES or (os.path.lexists(path) and not earlier_output)
+        if taken:
+            raise UsageError(f"tfgpu {command}: {option} {given} would write over {run / inside.parts[0]}, a file of "
+                             f"the run directory {run}; a run's own files (model.keras, summary.json, metrics.csv, "
+                             "the configs, the checkpoint) are never replaced.",
+                             f"write it elsewhere, e.g. {run / EXPORT_FOLDER / Path(given).name} or a folder of "
+                             "your own.")
+
+
+class OutputStop(StopSignals):
+    """SIGTERM and SIGHUP during ``tfgpu predict`` or ``tfgpu export``: the command stops with
+    :class:`~tfgpu.errors.Preempted` (exit 75, "try again", as ``tfgpu run`` does), and its own cleanup removes
+    what it had half written (predict's temporary file, export's staging folder), instead of the signal's default
+    action killing the process with 143 and leaving them. Ctrl-C (SIGINT) is Python's KeyboardInterrupt, cleaned
+    up the same way (exit 130). Inside :meth:`held` (TensorFlow's import and start-up) a signal waits for the block
+    to end (:class:`tfgpu.training.checkpoint.StopSignals`).
+
+    Args:
+        command: the command, for the message (``predict``, ``export onnx``).
+    """
+
+    def __init__(self, command: str) -> None:
+        super().__init__("SIGHUP")
+        self.command = command
+
+    def stopped(self, name: Optional[str] = None) -> Preempted:
+        return Preempted(f"tfgpu {self.command}: {name or self.received} arrived while {self.doing}; it stopped "
+                         "there and removed what it had half written (an earlier output of the same name is kept).",
+                         f"run tfgpu {self.command} again.")

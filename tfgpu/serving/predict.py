@@ -31,7 +31,7 @@ import numpy as np
 
 from ..errors import DataError, OutputError, UsageError
 from ..utils.files import disk_full, disk_full_error, remove_quietly, write_json
-from .inference import RunModel, open_run
+from .inference import OutputStop, RunModel, open_run, refuse_run_files
 
 #: The output formats, by the output file's extension (no extension: CSV).
 FORMATS = {".csv": "csv", ".jsonl": "jsonl", ".npy": "npy", "": "csv"}
@@ -138,7 +138,7 @@ def _read_csv(run: RunModel, path: Path, given: str) -> Group:
         raise DataError(f"tfgpu predict: {given} is a CSV file, but the run trained on {run.kind} data "
                         f"({'x'.join(map(str, run.stored_shape))} samples), not on CSV columns.",
                         "give inputs of the run's kind: image files or folders, or .npy/.npz arrays.")
-    from ..data.csv import finite_number, read_rows  # noqa: PLC0415
+    from ..data.csv import finite_number, not_a_number, read_rows  # noqa: PLC0415
 
     delimiter = run.cfg.data.delimiter if run.kind == "csv" else ","
     lines = read_rows(path, delimiter, "tfgpu predict", given, "check the file.")
@@ -165,8 +165,7 @@ def _read_csv(run: RunModel, path: Path, given: str) -> Group:
         for j, c in enumerate(cols):
             value = finite_number(row[c])
             if value is None:
-                cell = row[c].strip()
-                what = "is empty" if not cell else f"is {cell!r}, not a finite number"
+                what = not_a_number(row[c], "not a finite number")
                 raise DataError(f"tfgpu predict: {given}, line {line}, column '{features[j]}' {what}; every "
                                 "feature cell must be a number, as in training.",
                                 "fill or drop the rows with missing values, and encode categories as numbers.")
@@ -184,12 +183,18 @@ def _read_csv(run: RunModel, path: Path, given: str) -> Group:
 
 
 def _first_not_finite(x: np.ndarray, rows: int = 65536) -> Optional[tuple[int, ...]]:
-    """The index of the first NaN or infinity in ``x`` (read ``rows`` samples at a time), else ``None``."""
+    """The index of the first NaN or infinity in ``x``, or of a value beyond float32's range (which the model's
+    float32 would make infinite), read ``rows`` samples at a time; else ``None``."""
+    from ..data.base import FLOAT32_MAX  # noqa: PLC0415
+
     if x.dtype.kind != "f":
         return None
     for lo in range(0, len(x), rows):
         part = np.asarray(x[lo:lo + rows])
-        where = np.argwhere(~np.isfinite(part))
+        bad = ~np.isfinite(part)
+        if part.dtype.itemsize > 4:
+            bad |= np.abs(np.nan_to_num(part)) > FLOAT32_MAX
+        where = np.argwhere(bad)
         if len(where):
             return (lo + int(where[0][0]), *(int(i) for i in where[0][1:]))
     return None
@@ -240,18 +245,59 @@ def _read_array(run: RunModel, path: Path, given: str) -> Group:
         bad = _first_not_finite(x)
         if bad is not None:
             raise DataError(f"tfgpu predict: {given}: {keys} holds {x[bad]} "
-                            f"at sample {bad[0]} (index {list(bad)}); every value must be a finite number, as in "
-                            "training.", "fill or drop the samples with missing values.")
+                            f"at sample {bad[0]} (index {list(bad)}); every value must be a finite number within "
+                            "float32's range (the model computes in float32), as in training.",
+                            "fill or drop the samples with missing values.")
     labels = None
     if y is not None:
         if len(y) != len(x):
             raise DataError(f"tfgpu predict: {given}: y has {len(y)} labels for {len(x)} samples.",
                             "give one label per sample, or leave y out.")
         if run.task == "classification":
-            labels = np.asarray(y).reshape(len(y), -1)[:, 0].astype(np.int64)
+            labels = _class_labels(np.asarray(y), run, given)
         else:
+            if np.asarray(y).dtype.kind not in "iufb":
+                raise DataError(f"tfgpu predict: {given}: y is {np.asarray(y).dtype}, not numbers; the run is a "
+                                "regression, whose labels are the true values.", "give y as numbers, or leave it out.")
             labels = np.asarray(y, dtype=np.float64).reshape(len(y), -1)
     return Group(given, [f"{given}[{i}]" for i in range(len(x))], x=x, labels=labels)
+
+
+def _class_labels(y: np.ndarray, run: RunModel, given: str) -> np.ndarray:
+    """A ``.npz``'s ``y`` as class numbers (int64 ``(N,)``, -1 where unknown): class numbers ``(N,)`` or
+    ``(N, 1)``, one-hot or probability rows ``(N, classes)`` (their argmax), or class names (text).
+
+    Raises:
+        DataError: text that is not one of the run's class names, fractional class numbers, or another shape.
+    """
+    names = run.class_names or []
+    classes = int(run.num_classes or len(names) or 0)
+    if y.dtype.kind in "US":
+        index = _class_index(run)
+        text = y.astype(str).reshape(len(y), -1)
+        unknown = sorted({str(v) for v in text[:, 0] if v not in index}) if text.shape[1] == 1 else ["(rows)"]
+        if unknown or text.shape[1] != 1:
+            raise DataError(f"tfgpu predict: {given}: y holds text labels {', '.join(map(repr, unknown[:5]))}, which "
+                            f"are not the run's class names ({', '.join(names) or 'the run has none'}).",
+                            "give y as class numbers 0, 1, ... or as the run's class names, or leave it out.")
+        return np.asarray([index[v] for v in text[:, 0]], dtype=np.int64)
+    if y.dtype.kind not in "iufb":
+        raise DataError(f"tfgpu predict: {given}: y is {y.dtype}, not class numbers.",
+                        "give y as class numbers 0, 1, ..., or leave it out.")
+    rows = y.reshape(len(y), -1)
+    if rows.shape[1] > 1:
+        if rows.shape[1] != classes:
+            raise DataError(f"tfgpu predict: {given}: y has shape {tuple(y.shape)}; expected class numbers (N,) or "
+                            f"one-hot rows (N, {classes}) for the run's {classes} classes.",
+                            "give y as class numbers, or as one-hot rows of the run's classes.")
+        return np.argmax(rows, axis=1).astype(np.int64)  # one-hot (or probability) rows: the class each names
+    values = rows[:, 0].astype(np.float64)
+    whole = np.isfinite(values) & (values == np.round(values))
+    if not whole.all():
+        i = int(np.argmin(whole))
+        raise DataError(f"tfgpu predict: {given}: y[{i}] is {values[i]:g}, not a class number (0 to "
+                        f"{max(classes - 1, 0)}).", "give y as whole class numbers, or leave it out.")
+    return values.astype(np.int64)
 
 
 def read_inputs(run: RunModel, inputs: Sequence[str], skip_bad: bool = False) -> Inputs:
@@ -346,6 +392,7 @@ class Output:
         self._ids: Optional[TextIO] = None
         self._array: Any = None
         self._header_done = False
+        self._made: list[Path] = []
 
     @contextmanager
     def _writing(self) -> Iterator[None]:
@@ -374,7 +421,12 @@ class Output:
     def _open(self, count: int, units: int) -> None:
         if self.path is None:
             self._file = sys.stdout
-        elif self.format == "npy":
+            self._csv = csv.writer(self._file, lineterminator="\n") if self.format == "csv" else None
+            return
+        # the folders made here are removed again if the prediction fails (deepest first, while empty)
+        self._made = [d for d in (self.path.parent, *self.path.parent.parents) if not d.exists()]
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.format == "npy":
             self._array = np.lib.format.open_memmap(self.tmp, mode="w+", dtype=np.float32, shape=(count, units))
             self._ids = open(self._ids_tmp, "w", encoding="utf-8")
         else:
@@ -492,6 +544,12 @@ class Output:
         remove_quietly(self.tmp)
         if self.ids_path is not None:
             remove_quietly(self._ids_tmp)
+        for folder in self._made:
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+        self._made = []
 
     def metrics(self) -> dict[str, Any]:
         """Accuracy (classifiers) or mean absolute / squared error (regression) over the labelled rows."""
@@ -503,12 +561,15 @@ class Output:
 
 
 def check_output(output: Optional[str], inputs: Sequence[str] = ()) -> Optional[Path]:
-    """Check ``--output`` before any work: a known extension, not one of the inputs, and a place that can be written.
+    """Check ``--output`` before any work, creating nothing: a known extension, not one of the inputs nor a file of
+    a run directory, and a place that can be written (its folders are made when the rows are written).
 
     Raises:
-        UsageError: an extension other than ``.csv``, ``.jsonl``, ``.npy`` (or none, meaning CSV), or
-            the output (or its record ``FILE.json``, or its ``FILE.ids.txt``) is one of ``inputs``.
-        OutputError: the file is a folder, or its folder cannot be created or written.
+        UsageError: an extension other than ``.csv``, ``.jsonl``, ``.npy`` (or none, meaning CSV); the output
+            (or its record ``FILE.json``, or its ``FILE.ids.txt``) is one of ``inputs``, or would replace a run
+            directory's own file (:func:`tfgpu.serving.inference.refuse_run_files`; an earlier prediction with
+            its record may be replaced).
+        OutputError: the file is a folder, or the nearest existing folder above it cannot be written.
     """
     if output is None:
         return None
@@ -517,25 +578,38 @@ def check_output(output: Optional[str], inputs: Sequence[str] = ()) -> Optional[
         raise UsageError(f"tfgpu predict: --output {output}: '{path.suffix}' is not an output format; the format "
                          "follows the extension: .csv, .jsonl or .npy (no extension: CSV).",
                          f"name the file e.g. {path.with_suffix('.csv')}.")
-    written = {os.path.realpath(p) for p in (path, record_path(path), path.with_name(path.name + ".ids.txt"))}
+    sidecars = (record_path(path), path.with_name(path.name + ".ids.txt"))
+    written = {os.path.realpath(p) for p in (path, *sidecars)}
     clash = next((given for given in inputs if os.path.realpath(given) in written), None)
     if clash is not None:
         raise UsageError(f"tfgpu predict: --output {output} would overwrite the input {clash}.",
                          f"write the predictions to another file, e.g. {path.with_name(path.stem + '.predictions.csv')}.")
+    refuse_run_files("predict", "--output", output, (path, *sidecars), earlier_output=_earlier_prediction(path))
     if path.is_dir():
         raise OutputError(f"tfgpu predict: --output {output} is a folder; expected a file name.",
                           f"name a file inside it, e.g. {path / 'predictions.csv'}.")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        probe = path.with_name(f".{path.name}.{os.getpid()}.probe")
-        probe.write_bytes(b"")
-        probe.unlink()
-        if path.exists() and not os.access(path, os.W_OK):
-            raise PermissionError(13, "Permission denied")
-    except OSError as exc:
-        raise OutputError(f"tfgpu predict: cannot write --output {output}: {exc.strerror or exc}.",
-                          "choose a file in a folder you can write to.") from None
+    folder = Path(os.path.abspath(path)).parent
+    while not folder.exists():  # the folders to make: made when the rows are written, not for a failed check
+        folder = folder.parent
+    why = None
+    if not folder.is_dir():
+        why = f"{folder} is a file, not a folder"
+    elif not os.access(folder, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        why = "Permission denied"
+    if why is not None:
+        raise OutputError(f"tfgpu predict: cannot write --output {output}: {why}.",
+                          "choose a file in a folder you can write to.")
     return path
+
+
+def _earlier_prediction(path: Path) -> bool:
+    """``path`` is an earlier ``tfgpu predict`` output: its record beside it names a file of the same name."""
+    try:
+        record = json.loads(record_path(path).read_text(encoding="utf-8"))
+        return isinstance(record, dict) and {"run_dir", "inputs", "format"} <= set(record) \
+            and Path(str(record.get("output"))).name == path.name
+    except (OSError, ValueError):
+        return False
 
 
 def record_path(path: Path) -> Path:
@@ -666,11 +740,20 @@ def predict(run_dir: str, inputs: Sequence[str], output: Optional[str] = None, t
     _need_tensorflow(run, found)
     for item in found.skipped:
         log(f"tfgpu predict: skipped {item['path']}: {item['reason']}")
+    stop = OutputStop("predict")
+    with stop.installed():
+        return _predict(run, found, inputs, path, top_k, batch_size, log, stop)
 
+
+def _predict(run: RunModel, found: Inputs, inputs: Sequence[str], path: Optional[Path], top_k: int,
+             batch_size: Optional[int], log: Callable[[str], None], stop: OutputStop) -> dict[str, Any]:
+    """:func:`predict` once the inputs are read: start, load, predict, write (a stop signal: ``stop``)."""
     from ..devices.setup import setup  # noqa: PLC0415
     from .inference import load_serving_model  # noqa: PLC0415
 
-    info = setup(run.cfg)
+    stop.doing = "starting TensorFlow and loading the model"
+    with stop.held():
+        info = setup(run.cfg)
     replicas = int(info.num_replicas or 1)
     batch = batch_size if batch_size is not None else run.cfg.train.batch_size_per_replica * replicas
     if batch < 1 or (run.backend == "jax" and batch % replicas):
@@ -684,6 +767,7 @@ def predict(run_dir: str, inputs: Sequence[str], output: Optional[str] = None, t
     progress = _Progress(found.count)
     timings: list[dict[str, Any]] = []
     start = time.perf_counter()
+    stop.doing = f"predicting {found.count:,} samples"
     try:
         writer.open(found.count, units)
         for group in found.groups:
