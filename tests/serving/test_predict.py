@@ -5,6 +5,7 @@ and every bad input refused with its exit code and nothing written."""
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 import shutil
@@ -137,16 +138,21 @@ def test_bad_images_are_refused_listed_or_skipped(image_run, png, tmp_path):
         shutil.copy(src, folder / src.name)
     (folder / "broken.png").write_bytes(b"not a png at all")
     (folder / "notes.txt").write_text("hello")
+    # a JPEG cut short: Pillow reads its header, TensorFlow's decoder fails ("Premature end of JPEG data")
+    jpeg = io.BytesIO()
+    Image.open(sorted(folder.glob("*.png"))[0]).save(jpeg, format="JPEG", quality=95)
+    (folder / "cut.jpg").write_bytes(jpeg.getvalue()[:len(jpeg.getvalue()) // 2])
     out = tmp_path / "out.csv"
     refused = _predict(str(image_run), str(tmp_path / "mixed"), "-o", str(out), code=5)
     assert "2 input file(s) cannot be used" in refused.stderr and "broken.png" in refused.stderr
     assert "notes.txt" in refused.stderr and "--skip-bad" in refused.stderr
     one_paragraph(refused.stderr.split("Fix:")[0])
     assert not out.exists() and not list(tmp_path.glob("*.json")) and not list(tmp_path.glob(".out*"))
-    _predict(str(image_run), str(tmp_path / "mixed"), "-o", str(out), "--skip-bad")
+    skipped = _predict(str(image_run), str(tmp_path / "mixed"), "-o", str(out), "--skip-bad")
     record = json.loads((tmp_path / "out.csv.json").read_text())
-    assert record["count"] == 4 and len(_rows(out)) == 4
-    assert {Path(s["path"]).name for s in record["skipped"]} == {"broken.png", "notes.txt"}
+    assert record["count"] == 4 and len(_rows(out)) == 4 and "cut.jpg" not in out.read_text()
+    assert {Path(s["path"]).name for s in record["skipped"]} == {"broken.png", "notes.txt", "cut.jpg"}
+    assert "skipped " + str(folder / "cut.jpg") + ": TensorFlow cannot decode it" in skipped.stderr
     # an RGB image: the run's color_mode (grayscale) converts it, as training does; a run whose
     # channels came from its images (color_mode unset) refuses it, as training would
     rgb = tmp_path / "rgb.png"

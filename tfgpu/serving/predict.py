@@ -677,6 +677,20 @@ def _image_dataset(paths: list[str], run: RunModel, resize: Optional[bool], batc
     return ds.batch(batch_size).prefetch(tf.data.AUTOTUNE)
 
 
+def _decodes(path: str, run: RunModel, resize: Optional[bool]) -> bool:
+    """TensorFlow decodes the image ``path`` as training would (:func:`tfgpu.data.image_folder.decode_image`)."""
+    import tensorflow as tf  # noqa: PLC0415
+
+    from ..data.image_folder import decode_image  # noqa: PLC0415
+
+    size, channels, _ = _image_geometry(run)
+    try:
+        decode_image(tf.constant(path), size, channels, resize, run.cfg.data.interpolation)
+    except Exception:  # noqa: BLE001 - any failure of TensorFlow's decoder: the image is left out
+        return False
+    return True
+
+
 def _locate(paths: list[str], run: RunModel, resize: Optional[bool]) -> str:
     """The first image TensorFlow cannot decode, and why."""
     import tensorflow as tf  # noqa: PLC0415
@@ -742,11 +756,12 @@ def predict(run_dir: str, inputs: Sequence[str], output: Optional[str] = None, t
         log(f"tfgpu predict: skipped {item['path']}: {item['reason']}")
     stop = OutputStop("predict")
     with stop.installed():
-        return _predict(run, found, inputs, path, top_k, batch_size, log, stop)
+        return _predict(run, found, inputs, path, top_k, batch_size, log, stop, skip_bad)
 
 
 def _predict(run: RunModel, found: Inputs, inputs: Sequence[str], path: Optional[Path], top_k: int,
-             batch_size: Optional[int], log: Callable[[str], None], stop: OutputStop) -> dict[str, Any]:
+             batch_size: Optional[int], log: Callable[[str], None], stop: OutputStop,
+             skip_bad: bool) -> dict[str, Any]:
     """:func:`predict` once the inputs are read: start, load, predict, write (a stop signal: ``stop``)."""
     from ..devices.setup import setup  # noqa: PLC0415
     from .inference import load_serving_model  # noqa: PLC0415
@@ -774,9 +789,18 @@ def _predict(run: RunModel, found: Inputs, inputs: Sequence[str], path: Optional
             began = time.perf_counter()
             for lo in range(0, len(group), CHUNK_SAMPLES):
                 hi = min(lo + CHUNK_SAMPLES, len(group))
-                out = _predict_chunk(model, run, group, lo, hi, batch, replicas, progress)
-                writer.write(group.ids[lo:hi], out,
-                             group.labels[lo:hi] if group.labels is not None else None)
+                out, kept = _predict_chunk(model, run, group, lo, hi, batch, replicas, progress, skip_bad)
+                labels = group.labels[lo:hi] if group.labels is not None else None
+                if kept is None:
+                    writer.write(group.ids[lo:hi], out, labels)
+                else:  # --skip-bad: images TensorFlow could not decode (Pillow read them) left out
+                    for i in sorted(set(range(hi - lo)) - set(kept)):
+                        path_i = group.ids[lo + i]
+                        found.skipped.append({"path": path_i, "reason": "TensorFlow cannot decode it (Pillow read "
+                                                                        "its header)"})
+                        log(f"tfgpu predict: skipped {path_i}: TensorFlow cannot decode it")
+                    writer.write([group.ids[lo + i] for i in kept], out,
+                                 labels[kept] if labels is not None else None)
             timings.append({"input": group.source, "count": len(group),
                             "seconds": round(time.perf_counter() - began, 4)})
         seconds = time.perf_counter() - start
@@ -806,26 +830,47 @@ def _predict(run: RunModel, found: Inputs, inputs: Sequence[str], path: Optional
 
 
 def _predict_chunk(model: Any, run: RunModel, group: Group, lo: int, hi: int, batch: int, replicas: int,
-                   progress: _Progress) -> np.ndarray:
-    """``model.predict`` on samples ``lo:hi`` of ``group``: float32 ``(hi - lo, units)``."""
+                   progress: _Progress, skip_bad: bool = False) -> tuple[np.ndarray, Optional[list[int]]]:
+    """``model.predict`` on samples ``lo:hi`` of ``group``: float32 ``(n, units)``, and ``None``, or with
+    ``skip_bad`` where TensorFlow could not decode some images, the indices (within the chunk) of the ``n``
+    images it could, whose outputs these are.
+
+    Raises:
+        DataError: an image TensorFlow cannot decode (without ``skip_bad``; with it, when none of the chunk's can).
+    """
     callback = _keras_progress(progress, batch, hi - lo)
     if group.paths is not None:
         import tensorflow as tf  # noqa: PLC0415
 
         paths = group.paths[lo:hi]
-        # JAX splits every batch evenly over the devices: repeat the last image, and drop its outputs below
-        pad = (-len(paths)) % replicas if run.backend == "jax" else 0
         try:
-            out = model.predict(_image_dataset(paths + paths[-1:] * pad, run, group.resize, batch), verbose=0,
-                                callbacks=[callback])[:hi - lo]
+            return _predict_images(model, run, group, paths, batch, replicas, callback), None
         except tf.errors.OpError:
-            raise DataError(f"tfgpu predict: TensorFlow cannot decode {_locate(paths, run, group.resize)}.",
-                            "replace or remove the file (Pillow read it, TensorFlow's decoder did not).") from None
-        return np.asarray(out, dtype=np.float32)
+            if not skip_bad:
+                raise DataError(f"tfgpu predict: TensorFlow cannot decode {_locate(paths, run, group.resize)}.",
+                                "replace or remove the file (Pillow read it, TensorFlow's decoder did not), or add "
+                                "--skip-bad to predict the others and list it in the record.") from None
+        kept = [i for i, path in enumerate(paths) if _decodes(path, run, group.resize)]
+        if not kept:
+            raise DataError(f"tfgpu predict: TensorFlow cannot decode any of {len(paths)} images from "
+                            f"{paths[0]}.", "check the files (Pillow read their headers).")
+        out = _predict_images(model, run, group, [paths[i] for i in kept], batch, replicas,
+                              _keras_progress(progress, batch, len(kept)))
+        return out, kept
     x = np.asarray(group.x[lo:hi], dtype=run.stored_dtype)  # one chunk read (and converted) at a time
     pad = (-len(x)) % replicas if run.backend == "jax" else 0  # JAX splits every batch evenly over the devices
     if pad:
         x = np.concatenate([x, np.zeros((pad, *x.shape[1:]), dtype=x.dtype)])
     out = model.predict(x, batch_size=batch, verbose=0, callbacks=[callback])
-    return np.asarray(out, dtype=np.float32)[:hi - lo]
+    return np.asarray(out, dtype=np.float32)[:hi - lo], None
+
+
+def _predict_images(model: Any, run: RunModel, group: Group, paths: list[str], batch: int, replicas: int,
+                    callback: Any) -> np.ndarray:
+    """``model.predict`` on the decoded ``paths``: float32 ``(len(paths), units)``."""
+    # JAX splits every batch evenly over the devices: repeat the last image, and drop its outputs below
+    pad = (-len(paths)) % replicas if run.backend == "jax" else 0
+    out = model.predict(_image_dataset(paths + paths[-1:] * pad, run, group.resize, batch), verbose=0,
+                        callbacks=[callback])[:len(paths)]
+    return np.asarray(out, dtype=np.float32)
 
