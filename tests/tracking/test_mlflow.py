@@ -361,3 +361,154 @@ def test_a_sweep_is_a_run_whose_trials_are_its_child_runs(tmp_path, server, clie
         assert child.data.tags["mlflow.parentRunId"] == parent_id
         assert float(child.data.params["model.optimizer.learning_rate"]) == pytest.approx(
             float(row["model.optimizer.learning_rate"]))
+
+
+# --- credentials in URLs: never in a file, a log, a message or MLflow (issue 34, item 16) ------------------------
+
+
+def secret() -> tuple[str, str]:
+    """``(token, password)``: a password unique to the test, with '/', '@' and ':' in it; ``token`` is its start
+    (searched for, so that a percent-encoded copy is found too)."""
+    import uuid  # noqa: PLC0415
+
+    token = f"pw{uuid.uuid4().hex}"
+    return token, f"{token}/a@b:c"
+
+
+def hits(token: str, *texts: str, folders: tuple[Path, ...] = ()) -> list[str]:
+    """Where ``token`` occurs: in each text, and (as bytes) in every file under each folder, recursively."""
+    found = [f"text {i}" for i, text in enumerate(texts) if token in text]
+    for folder in folders:
+        found += [str(p) for p in Path(folder).rglob("*") if p.is_file() and token.encode() in p.read_bytes()]
+    return found
+
+
+@pytest.mark.parametrize("url, shown", [
+    ("http://alice:s3cret@127.0.0.1:5000", "http://***@127.0.0.1:5000"),
+    ("postgresql://alice:pa/ss@127.0.0.1:1/db", "postgresql://***@127.0.0.1:1/db"),  # '/': urlsplit ends at it
+    ("mysql+pymysql://u:p@ss:w/rd@db.example:3306/x?charset=utf8",
+     "mysql+pymysql://***@db.example:3306/x?charset=utf8"),
+    ("http://alice@h:5000/", "http://***@h:5000/"),
+    ("http://h:5000", "http://h:5000"), ("sqlite:////tmp/a@b.db", "sqlite:////tmp/a@b.db"),
+    ("/tmp/study.journal", "/tmp/study.journal"),
+])
+def test_masked_hides_the_user_and_a_password_holding_slash_at_and_colon(url, shown):
+    from tfgpu.tracking.study import masked  # noqa: PLC0415
+    from tfgpu.utils.urls import credentials, redact  # noqa: PLC0415
+
+    assert masked(url) == shown
+    clean, user, password = credentials(url)
+    assert clean == shown.replace("***@", "")
+    if "***" in shown:
+        assert password is None or (password not in masked(url) and password not in redact(f"x {url} {password}", url))
+
+
+def test_a_password_in_the_tracking_uri_is_taken_out_as_the_config_is_read(monkeypatch):
+    """The config keeps, dumps and logs the URI without userinfo; the credentials go to MLflow's variables."""
+    for key in (tracking.USERNAME_ENV, tracking.PASSWORD_ENV, "MLFLOW_TRACKING_URI"):
+        monkeypatch.setenv(key, "")  # (recorded: restored, or removed, after the test)
+        monkeypatch.delenv(key)
+    token, password = secret()
+    cfg = load_config(RECIPE, overrides=[f"output.mlflow.tracking_uri=http://alice:{password}@127.0.0.1:5000"])
+    assert cfg.output.mlflow.tracking_uri == "http://127.0.0.1:5000"
+    assert not hits(token, cfg.to_yaml(), json.dumps(cfg.explicit_dict()), json.dumps(tracking.params_of(cfg)))
+    tracking.export_credentials(cfg.output.mlflow)
+    assert (os.environ[tracking.USERNAME_ENV], os.environ[tracking.PASSWORD_ENV]) == ("alice", password)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://bob:other%2Fpw@h:1")  # from the environment: same
+    env_settings = load_config(RECIPE, overrides=["output.mlflow=true"]).output.mlflow
+    assert tracking.tracking_uri(env_settings) == "http://h:1"
+    tracking.export_credentials(env_settings)
+    assert os.environ["MLFLOW_TRACKING_URI"] == "http://h:1"
+    assert (os.environ[tracking.USERNAME_ENV], os.environ[tracking.PASSWORD_ENV]) == ("bob", "other/pw")
+
+
+def test_an_unreachable_server_with_a_password_never_shows_it(tmp_path, monkeypatch, capsys):
+    for key in (tracking.USERNAME_ENV, tracking.PASSWORD_ENV):
+        monkeypatch.setenv(key, "")  # (recorded: restored, or removed, after the test)
+        monkeypatch.delenv(key)
+    token, password = secret()
+    port = free_port()
+    uri = f"http://alice:{password}@127.0.0.1:{port}"
+    with pytest.raises(TrackingError) as caught:
+        tracking.check(load_config(RECIPE, overrides=[f"output.mlflow.tracking_uri={uri}"]))
+    error = caught.value
+    assert f"'http://127.0.0.1:{port}'" in error.message and tracking.PASSWORD_ENV in error.message
+    assert not hits(token, error.report(), *capsys.readouterr())
+    one_paragraph(error.report())
+    result = run_cli("run", RECIPE, "--set", f"output.mlflow.tracking_uri={uri}", "--output-dir", str(tmp_path))
+    assert result.returncode == 11, result.stdout[-2000:] + result.stderr[-3000:]
+    assert f"'http://127.0.0.1:{port}'" in result.stderr and "Connection refused" in result.stderr
+    assert not hits(token, result.stdout, result.stderr, folders=(tmp_path,))
+
+
+def test_a_sweeps_storage_password_is_in_no_message_and_not_in_sweep_json(tmp_path):
+    """An unreachable (or driverless) ``postgresql://`` storage: the error and ``sweep.json`` show it masked, and
+    ``--resume`` asks for the whole URL in TFGPU_SWEEP_STORAGE (it is written nowhere)."""
+    pytest.importorskip("optuna", reason="the test extra installs optuna (tfgpu[sweep])")
+    token, password = secret()
+    storage = f"postgresql://alice:{password}@127.0.0.1:1/db"
+    recipe = str(Path(RECIPE).with_name("breast_cancer_sweep.yaml"))
+    result = run_cli("sweep", recipe, "--trials", "1", "--storage", storage, "--output-dir", str(tmp_path))
+    assert result.returncode == 12, result.stdout[-2000:] + result.stderr[-3000:]
+    assert "--storage: the study's storage 'postgresql://***@127.0.0.1:1/db' cannot be opened" in result.stderr
+    one_paragraph(result.stderr)
+    directory = next(tmp_path.glob("*-sweep-*"))
+    assert json.loads((directory / "sweep.json").read_text())["storage"] == "postgresql://***@127.0.0.1:1/db"
+    again = run_cli("sweep", "--resume", str(directory))
+    assert again.returncode == 12 and "TFGPU_SWEEP_STORAGE" in again.stderr, again.stderr[-3000:]
+    assert "export TFGPU_SWEEP_STORAGE='postgresql://USER:PASSWORD@127.0.0.1:1/db'" in again.stderr
+    one_paragraph(again.stderr)
+    given = run_cli("sweep", "--resume", str(directory), TFGPU_SWEEP_STORAGE=storage)
+    assert given.returncode == 12 and "cannot be opened" in given.stderr, given.stderr[-3000:]  # (reopened: no driver)
+    assert not hits(token, result.stdout, result.stderr, again.stdout, again.stderr, given.stdout, given.stderr,
+                    folders=(tmp_path,))
+
+
+def server_folder(tmp_path_factory) -> Path:
+    """The module's ``mlflow server`` folder: its SQLite backend store, artifacts and log."""
+    return next(Path(tmp_path_factory.getbasetemp()).glob("mlflow_server*"))
+
+
+@pytest.mark.slow
+def test_a_password_in_the_tracking_uri_reaches_no_file_log_message_or_mlflow(tmp_path, server, client,
+                                                                              tmp_path_factory):
+    """A run whose tracking URI holds ``alice:PASSWORD@`` logs to the server (which, without auth, ignores the
+    credentials), and the password is in no file of the run directory, of the server's store and artifacts, in
+    no output, and in no parameter or tag. Trains its own run (1 epoch): the credentials are the subject."""
+    token, password = secret()
+    uri = server.replace("http://", f"http://alice:{password}@")
+    result = run_cli("run", RECIPE, "--set", "train.epochs=1", "--set", f"output.mlflow.tracking_uri={uri}",
+                     "--set", "output.mlflow.experiment=tfgpu-credentials", "--output-dir", str(tmp_path / "runs"))
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    run_dir = only_run_dir(tmp_path / "runs")
+    ref = summary_of(run_dir)["mlflow"]
+    assert ref["tracking_uri"] == server and ref["epochs_logged"] == 1
+    run = client.get_run(ref["run_id"])
+    assert run.info.status == "FINISHED" and run.data.params["output.mlflow.tracking_uri"] == server
+    assert {"config.yaml", "config.resolved.yaml", "summary.json"} <= {f.path for f in client.list_artifacts(
+        ref["run_id"])}
+    assert not hits(token, result.stdout, result.stderr, json.dumps(run.data.params), json.dumps(run.data.tags),
+                    folders=(tmp_path, server_folder(tmp_path_factory)))
+
+
+@pytest.mark.slow
+def test_a_sweep_with_a_password_in_mlflow_tracking_uri_writes_it_nowhere(tmp_path, server, client, tmp_path_factory):
+    """``MLFLOW_TRACKING_URI`` with ``alice:PASSWORD@``: the sweep's run and its 2 trials (1 epoch each) are
+    tracked, and the password is in no file of the sweep directory (sweep.json, trials' logs and summaries), of
+    the server, and in no output."""
+    pytest.importorskip("optuna", reason="the test extra installs optuna (tfgpu[sweep])")
+    token, password = secret()
+    result = run_cli("sweep", str(Path(RECIPE).with_name("breast_cancer_sweep.yaml")), "--trials", "2", "--parallel",
+                     "2", "--set", "train.epochs=1", "--set", "output.mlflow.experiment=tfgpu-sweep-credentials",
+                     "--set", "output.mlflow=true", "--output-dir", str(tmp_path / "runs"), timeout=300,
+                     MLFLOW_TRACKING_URI=server.replace("http://", f"http://alice:{password}@"))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    directory = next((tmp_path / "runs").glob("*-sweep-*"))
+    parent_id = json.loads((directory / "sweep.json").read_text())["mlflow"]["run_id"]
+    children = client.search_runs([client.get_run(parent_id).info.experiment_id],
+                                  f"tags.mlflow.parentRunId = '{parent_id}'")
+    assert len(children) == 2 and {c.info.status for c in children} == {"FINISHED"}
+    assert len(list(directory.glob("trials/trial-*.log"))) == 2
+    assert not hits(token, result.stdout, result.stderr,
+                    *(json.dumps([c.data.params, c.data.tags]) for c in children),
+                    folders=(tmp_path, server_folder(tmp_path_factory)))

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Optional, Union
 
 import yaml
-from pydantic import (AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter, ValidationError,
-                      ValidationInfo, field_validator, model_validator)
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Discriminator, Field, PrivateAttr, Tag, TypeAdapter,
+                      ValidationError, ValidationInfo, field_validator, model_validator)
 from pydantic_core import PydanticCustomError
 
 from .messages import requirement, short_repr
@@ -1078,6 +1078,11 @@ class MlflowConfig(_Section):
             or a local store (``sqlite:///mlflow.db``, ``file:./mlruns``);
             ``null``: ``MLFLOW_TRACKING_URI``, else MLflow's own default
             (``sqlite:///mlflow.db`` in the directory the run starts in).
+            A ``USER:PASSWORD@`` in it is taken out as the config is read
+            (:func:`tfgpu.utils.urls.credentials`): the value kept, written
+            and logged has no userinfo, and the credentials go to MLflow in
+            ``MLFLOW_TRACKING_USERNAME`` / ``MLFLOW_TRACKING_PASSWORD``
+            (:func:`tfgpu.tracking.mlflow.export_credentials`).
         experiment: the MLflow experiment (created when missing); ``null``:
             ``MLFLOW_EXPERIMENT_NAME``, else ``output.name`` or the recipe's stem.
         run_name: the MLflow run's name; ``null``: the run directory's name.
@@ -1092,6 +1097,18 @@ class MlflowConfig(_Section):
     run_name: Optional[str] = Field(None, min_length=1, max_length=250)
     required: bool = True
     log_model: bool = False
+    #: ``(user, password)`` taken out of ``tracking_uri`` (never dumped, written or logged).
+    _credentials: Optional[tuple[Optional[str], Optional[str]]] = PrivateAttr(None)
+
+    @model_validator(mode="after")
+    def _credentials_out(self) -> "MlflowConfig":
+        from ..utils.urls import credentials  # noqa: PLC0415
+
+        clean, user, password = credentials(self.tracking_uri)
+        if clean != self.tracking_uri:
+            self.__dict__["tracking_uri"] = clean  # (no validate_assignment: set as the field's value)
+            self._credentials = (user, password)
+        return self
 
 
 class OutputConfig(_Section):

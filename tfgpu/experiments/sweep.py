@@ -8,7 +8,9 @@ the metric to the study after every epoch and stops the trial when the pruner sa
 
 The sweep directory (``output.dir/NAME-sweep-YYYYmmdd-HHMMSS``):
 
-- ``sweep.json``: the recipe, ``--set`` items, storage, study name, slots, this session's sampler seed and status;
+- ``sweep.json``: the recipe, ``--set`` items, storage, study name, slots, this session's sampler seed and status
+  (a database URL's userinfo masked, ``postgresql://***@host/db``: ``--resume`` takes the whole URL from
+  ``TFGPU_SWEEP_STORAGE`` or ``--storage``; an MLflow URI without userinfo, :mod:`tfgpu.tracking.mlflow`);
 - ``study.journal``: the study (Optuna's ``JournalFileBackend``; ``--storage URL`` uses a database instead);
 - ``trials/trial-NNNN/``: each trial's run directory, ``trials/trial-NNNN.log`` its output;
 - ``results.csv``: trial, parameters, metric, status, epochs, seconds, run directory (also printed);
@@ -42,9 +44,10 @@ from typing import Any, Iterator, Optional, Sequence
 
 from ..config import Config, load_config
 from ..errors import ConfigError, Interrupted, Preempted, SweepError, TfgpuError
-from ..tracking.study import (TRIAL_ENV, distributions, grid_size, import_optuna, masked, open_storage, pruner, sampler,
-                              session_seed)
+from ..tracking.study import (STORAGE_ENV, TRIAL_ENV, distributions, grid_size, import_optuna, masked, open_storage,
+                              pruner, sampler, session_seed)
 from ..utils.console import say, table_lines, warn
+from ..utils.urls import credentials, redact
 
 SWEEP_FILE = "sweep.json"
 JOURNAL_FILE = "study.journal"
@@ -160,7 +163,12 @@ def _read_summary(run_dir: Path) -> dict[str, Any]:
 
 
 def metric_value(summary: dict[str, Any], metric: str) -> Optional[float]:
-    """The trial's value: ``metric`` of its last epoch (or its ``test_*`` figure), ``None`` when it was not logged."""
+    """The trial's value: ``metric`` of the model it kept, ``None`` when it was not logged.
+
+    ``summary.json``'s ``final_metrics``: the last epoch's figures, or the best epoch's when
+    ``train.early_stopping.restore_best_weights`` restored its weights (``final_metrics_epoch``), or its
+    ``test_*`` figure; else the last row of ``epochs`` (a run that ended before its summary was finished).
+    """
     rows = summary.get("epochs") or []
     value = (summary.get("final_metrics") or {}).get(metric)
     if value is None and rows:
@@ -248,7 +256,8 @@ class Sweep:
             raise
         except Exception as exc:
             raise SweepError(f"--storage: the study {study_name!r} cannot be created or opened in "
-                             f"{masked(storage)!r}: {masked(str(exc).splitlines()[0] if str(exc) else repr(exc))}.",
+                             f"{masked(storage)!r}: "
+                             f"{redact(str(exc).splitlines()[0] if str(exc) else repr(exc), storage)}.",
                              "check the storage, or name another study with --study.") from None
         if self.study.direction.name.lower() != self.direction:
             raise SweepError(
@@ -536,8 +545,54 @@ def best_recipe(recipe: str, overrides: Sequence[str], params: dict[str, Any], d
         _set_path(data, path, value, f"--set {item}")
     data.pop("sweep", None)
     output = data.setdefault("output", {}) if isinstance(data.get("output", {}), dict) else {}
+    if isinstance(output.get("mlflow"), dict) and isinstance(output["mlflow"].get("tracking_uri"), str):
+        output["mlflow"]["tracking_uri"] = credentials(output["mlflow"]["tracking_uri"])[0]  # (in the environment)
     output.setdefault("name", f"{Path(recipe).stem}-best")
     return data
+
+
+def without_credentials(item: str) -> str:
+    """A ``--set`` item with the userinfo taken out of an ``output.mlflow.tracking_uri`` it sets (also inside
+    ``output.mlflow={...}`` or ``output={...}``): what ``sweep.json`` and the trials' command lines hold. The
+    credentials reach the trials in their environment (:func:`tfgpu.tracking.mlflow.export_credentials`)."""
+    from ..config.source import parse_override  # noqa: PLC0415
+
+    try:
+        path, value = parse_override(item)
+    except Exception:  # noqa: BLE001  (not this function's to refuse: load_config already read it)
+        return item
+    dotted = ".".join(str(p) for p in path)
+    if dotted == "output.mlflow.tracking_uri" and isinstance(value, str) and credentials(value)[0] != value:
+        return set_item(dotted, credentials(value)[0])
+    if dotted in ("output", "output.mlflow") and isinstance(value, dict):
+        inner = value.get("mlflow") if dotted == "output" else value
+        if isinstance(inner, dict) and isinstance(inner.get("tracking_uri"), str):
+            clean = credentials(inner["tracking_uri"])[0]
+            if clean != inner["tracking_uri"]:
+                inner["tracking_uri"] = clean
+                return set_item(dotted, value)
+    return item
+
+
+def _resumed_storage(saved: Optional[str], directory: Path) -> Optional[str]:
+    """The storage a resumed sweep reopens: ``sweep.json``'s, or, when its credentials were masked there,
+    the whole URL from :data:`~tfgpu.tracking.study.STORAGE_ENV` (the same database as the masked one).
+
+    Raises:
+        SweepError: ``sweep.json``'s storage is masked and the environment lacks it, or names another database.
+    """
+    if not saved or "://" not in saved or credentials(saved)[1:] == (None, None) or masked(saved) != saved:
+        return saved  # (no userinfo, or one written in full by an earlier tfgpu)
+    given = os.environ.get(STORAGE_ENV)
+    if given and masked(given) == saved:
+        return given
+    received = f"{STORAGE_ENV}={masked(given)!r}" if given else f"neither --storage nor {STORAGE_ENV}"
+    raise SweepError(
+        f"--resume: the study's storage {saved!r} ({directory / SWEEP_FILE} storage) holds credentials, which "
+        f"tfgpu never writes to a file, so the sweep cannot reopen it from there (received {received}); the "
+        "storage must be the same database URL, with its user and password.",
+        f"export {STORAGE_ENV}='{saved.replace('***', 'USER:PASSWORD', 1)}' (the whole URL; or give it with "
+        f"--storage), then run tfgpu sweep --resume {directory} again.")
 
 
 def trial_devices(cfg: Config, slots: Sequence[Any]) -> list[str]:
@@ -700,7 +755,7 @@ def run_sweep(recipe: Optional[str], overrides: Sequence[str] = (), trials: Opti
         recipe = recipe or saved["recipe"]
         overrides = [*saved.get("overrides", []), *overrides]
         sweep_file = sweep_file or saved.get("sweep_file")
-        storage = storage or saved.get("storage")
+        storage = storage or _resumed_storage(saved.get("storage"), directory)
         study_name = study_name or saved.get("study")
         trials = trials or saved.get("trials")
     if recipe is None:
@@ -710,16 +765,17 @@ def run_sweep(recipe: Optional[str], overrides: Sequence[str] = (), trials: Opti
         os.chdir(saved["cwd"])  # the recipe's relative paths, as the sweep first read them
     cfg = prepare(recipe, overrides, sweep_file, trials)
     sample = load_config(recipe, [*overrides, "sweep=null", *([set_item("output.dir", output_dir)] if output_dir else [])])
-    preflight.check(sample, None)
+    preflight.check(sample, None)  # (output.mlflow: its credentials now in this process's environment, the trials')
+    overrides = [without_credentials(item) for item in overrides]  # (sweep.json, the trials' command lines)
     cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
     slots = plan_slots(cfg, probe(), parallel if parallel is not None else saved.get("parallel"), cores)
     if not resume:
         directory = create_run_dir(output_dir or cfg.output.dir, f"{run_name(cfg, recipe)}-sweep")
-    shared = bool(storage) and storage != saved.get("storage", "") or bool(saved.get("shared"))
+    shared = bool(storage) and masked(storage) != masked(saved.get("storage", "")) or bool(saved.get("shared"))
     storage = storage or str((directory / JOURNAL_FILE).resolve())
     study_name = study_name or directory.name
     record = {"recipe": str(Path(recipe).resolve()), "overrides": list(overrides), "sweep_file": sweep_file,
-              "storage": storage, "study": study_name, "trials": cfg.sweep.trials,
+              "storage": masked(storage), "study": study_name, "trials": cfg.sweep.trials,
               "parallel": parallel if parallel is not None else saved.get("parallel"),
               "metric": cfg.sweep.metric, "direction": direction_of(cfg), "cwd": os.getcwd(), "shared": shared,
               "slots": [s.to_dict() for s in slots], "status": "running", "started_at": time.time()}
@@ -760,7 +816,7 @@ def run_sweep(recipe: Optional[str], overrides: Sequence[str] = (), trials: Opti
             if not type(exc).__module__.startswith(("optuna", "sqlalchemy")):
                 raise
             raise SweepError(f"the study's storage {masked(storage)!r} failed: {type(exc).__name__}: "
-                             f"{masked(str(exc).splitlines()[0] if str(exc) else '')}.",
+                             f"{redact(str(exc).splitlines()[0] if str(exc) else '', storage)}.",
                              f"check the storage, then continue: tfgpu sweep --resume {directory}") from None
         clean = True
         if sweep.stopping in ("Ctrl-C", "SIGTERM"):
@@ -826,7 +882,8 @@ def _record_end(sweep: Sweep, status: str, started: float, ok: bool) -> tuple[li
     except Exception as exc:
         if ok:
             raise
-        warn(f"the sweep's results could not be written ({type(exc).__name__}: {masked(str(exc))[:300]})")
+        warn(f"the sweep's results could not be written ({type(exc).__name__}: "
+             f"{redact(str(exc), sweep.storage_spec)[:300]})")
         return [], None, seconds
     return rows, best_path, seconds
 

@@ -31,8 +31,17 @@ A sweep (``tfgpu sweep``) tracks itself with :func:`start_parent_run`,
 environment has :data:`PARENT_RUN_ENV` becomes a child run of that run
 (:func:`child_environment`).
 
+Credentials: a ``USER:PASSWORD@`` in ``output.mlflow.tracking_uri`` (taken out as
+the config is read) or in ``MLFLOW_TRACKING_URI`` never reaches a file, a log, a
+message or MLflow: :func:`export_credentials` puts them in MLflow's own
+``MLFLOW_TRACKING_USERNAME`` / ``MLFLOW_TRACKING_PASSWORD`` (this process's
+environment, inherited by its workers and a sweep's trials), and the URI kept,
+shown, logged and written to ``summary.json`` is the one without userinfo
+(``http://127.0.0.1:5000``). https://mlflow.org/docs/latest/auth/index.html
+
 Environment: ``MLFLOW_TRACKING_URI`` (where, when ``output.mlflow.tracking_uri``
-is unset), ``MLFLOW_EXPERIMENT_NAME`` (the experiment, when
+is unset), ``MLFLOW_TRACKING_USERNAME`` and ``MLFLOW_TRACKING_PASSWORD`` (HTTP
+basic authentication), ``MLFLOW_EXPERIMENT_NAME`` (the experiment, when
 ``output.mlflow.experiment`` is unset), :data:`PARENT_RUN_ENV`, and MLflow's own
 ``MLFLOW_HTTP_REQUEST_MAX_RETRIES``, ``MLFLOW_HTTP_REQUEST_TIMEOUT`` and
 ``MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR`` (honoured for logging; tfgpu's
@@ -58,6 +67,7 @@ from typing import Any, Iterator, Mapping, Optional, Sequence
 
 from ..errors import ConfigError, TfgpuError, TrackingError
 from ..utils.console import say, warn
+from ..utils.urls import credentials, masked
 from ..version import __version__
 
 #: Set by ``tfgpu sweep`` in a trial's environment: the id of the sweep's MLflow run, whose child the run becomes.
@@ -75,6 +85,10 @@ ARTIFACTS = ("config.yaml", "config.resolved.yaml", "summary.json", "metrics.csv
 #: MLflow's limits (``mlflow.utils.validation``): parameters per ``log_batch`` call, a parameter value's length.
 PARAMS_PER_BATCH = 100
 PARAM_VALUE_CHARS = 6000
+#: MLflow's variables for HTTP basic authentication (``mlflow.environment_variables``), set by
+#: :func:`export_credentials`.
+USERNAME_ENV = "MLFLOW_TRACKING_USERNAME"
+PASSWORD_ENV = "MLFLOW_TRACKING_PASSWORD"
 #: The URIs :func:`check` found unreachable in this process with ``required: false`` (warned about once).
 _UNREACHABLE: set[str] = set()
 
@@ -84,8 +98,44 @@ _UNREACHABLE: set[str] = set()
 
 def tracking_uri(settings: Any) -> Optional[str]:
     """``output.mlflow.tracking_uri``, else ``MLFLOW_TRACKING_URI``, else ``None`` (MLflow's default: a local
-    ``sqlite:///mlflow.db`` in the current directory, ``./mlruns`` where one holds runs)."""
-    return settings.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or None
+    ``sqlite:///mlflow.db`` in the current directory, ``./mlruns`` where one holds runs); always without a
+    ``USER:PASSWORD@`` (:func:`export_credentials` hands those to MLflow)."""
+    return credentials(settings.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or None)[0]
+
+
+def export_credentials(settings: Any) -> None:
+    """Put the credentials of the tracking URI where MLflow reads them, and nowhere else.
+
+    A ``USER:PASSWORD@`` taken out of ``output.mlflow.tracking_uri`` as the config was read, else one in
+    ``MLFLOW_TRACKING_URI`` (which is then set to the URI without it), becomes :data:`USERNAME_ENV` and
+    :data:`PASSWORD_ENV` in this process's environment (over values already there: the URI names the server
+    they are for), which MLflow's HTTP client sends as basic authentication, and which this process's children
+    (workers, a sweep's trials) inherit; never a file or a command line. Without credentials in the URI the
+    environment is left as it is (set the two variables yourself).
+
+    Wraps MLflow's ``MLFLOW_TRACKING_USERNAME`` / ``MLFLOW_TRACKING_PASSWORD``:
+    https://mlflow.org/docs/latest/auth/index.html#authenticating-to-mlflow
+    """
+    found = getattr(settings, "_credentials", None)
+    if found is None and settings.tracking_uri:
+        found = credentials(settings.tracking_uri)[1:]  # (a settings object made without validation)
+    if found is None and not settings.tracking_uri:
+        clean, user, password = credentials(os.environ.get("MLFLOW_TRACKING_URI") or None)
+        if user is not None or password is not None:
+            os.environ["MLFLOW_TRACKING_URI"] = clean
+            found = (user, password)
+    if not found:
+        return
+    for key, value in zip((USERNAME_ENV, PASSWORD_ENV), found):
+        if value is not None:
+            os.environ[key] = value
+
+
+def _auth_note() -> str:
+    """How the tracking server's credentials are given, for messages (never the credentials themselves)."""
+    if os.environ.get(USERNAME_ENV) or os.environ.get(PASSWORD_ENV):
+        return f", with the credentials in {USERNAME_ENV} / {PASSWORD_ENV}"
+    return ""
 
 
 def _uri_source(settings: Any) -> str:
@@ -160,7 +210,7 @@ def resolved_uri(settings: Any, previous: Optional[Mapping[str, Any]] = None) ->
     previous = previous or {}
     uri = tracking_uri(settings)
     if uri is None and (previous.get("mlflow") or {}).get("tracking_uri"):
-        return previous["mlflow"]["tracking_uri"]
+        return credentials(previous["mlflow"]["tracking_uri"])[0]  # (one written before credentials were taken out)
     if uri is None:
         import mlflow  # noqa: PLC0415
 
@@ -205,6 +255,7 @@ def check(cfg: Any, contact: bool = True) -> None:
     if settings is None:
         return
     require_mlflow()
+    export_credentials(settings)
     uri = tracking_uri(settings)
     if not contact or is_local(uri):
         return
@@ -233,7 +284,8 @@ def _reach(uri: str) -> Optional[str]:
 def _unreachable(settings: Any, uri: str, problem: str) -> TrackingError:
     seconds = CHECK_LIMITS["MLFLOW_HTTP_REQUEST_TIMEOUT"]
     return TrackingError(
-        f"output.mlflow.tracking_uri: the MLflow tracking server at {uri!r} (from {_uri_source(settings)}) cannot "
+        f"output.mlflow.tracking_uri: the MLflow tracking server at {uri!r} (from {_uri_source(settings)}"
+        f"{_auth_note()}) cannot "
         f"be reached: {problem} (one try, {seconds} s to answer, before TensorFlow starts). Nothing was trained "
         "or written.",
         "start the server (e.g. mlflow server --host 127.0.0.1 --port 5000 --backend-store-uri sqlite:///mlflow.db) "
@@ -382,9 +434,12 @@ def tracked(cfg: Any, info: Any, run_dir: Any, resumed: Any) -> Iterator[dict[st
     if settings is None or not run_dir.chief:
         yield {}
         return
+    export_credentials(settings)
     previous = (resumed.summary.get("mlflow") or {}) if resumed is not None else {}
     if (tracking_uri(settings) or "") in _UNREACHABLE:  # (warned by check): a later resume may continue the run
         kept = {k: previous[k] for k in ("run_id", "experiment_id", "tracking_uri", "experiment") if k in previous}
+        if kept.get("tracking_uri"):
+            kept["tracking_uri"] = credentials(kept["tracking_uri"])[0]
         yield {"mlflow": {**kept, "skipped": "the tracking server could not be reached"}} if kept else {}
         return
     from ..config import run_name  # noqa: PLC0415
@@ -454,9 +509,9 @@ def _begin(cfg: Any, info: Any, run_dir: Any, resumed: Any, settings: Any, uri: 
 
 def _reopen(client: Any, previous: dict[str, Any], uri: str) -> Any:
     """The resumed run's MLflow run, or ``None`` (a warning: it is elsewhere now, or gone; a new one is made)."""
-    if previous.get("tracking_uri") != uri:
-        warn(f"output.mlflow: the run was tracked at {previous.get('tracking_uri')!r}, and now goes to {uri!r}: it "
-             "gets a new MLflow run there.")
+    if credentials(previous.get("tracking_uri"))[0] != uri:
+        warn(f"output.mlflow: the run was tracked at {masked(previous.get('tracking_uri'))!r}, and now goes to "
+             f"{uri!r}: it gets a new MLflow run there.")
         return None
     try:
         run = client.get_run(previous["run_id"])

@@ -10,6 +10,7 @@ from ..config import Config
 from ..config.schema import PRUNERS, SAMPLERS
 from ..errors import ConfigError, SweepError
 from ..utils.console import say
+from ..utils.urls import redact
 
 
 #: The trial process's link to its study: JSON ``{"storage", "study", "trial_id", "number", "metric", "pruner"}``.
@@ -135,11 +136,17 @@ def grid_size(cfg: Config) -> Optional[int]:
     return math.prod(len(next(iter(spec.values()))) for spec in cfg.sweep.parameters.values())
 
 
-def masked(spec: str) -> str:
-    """A storage URL as messages show it: its password replaced by ``***``."""
-    import re  # noqa: PLC0415
+#: Where ``tfgpu sweep --resume`` finds a database URL with credentials (``sweep.json`` keeps it masked).
+STORAGE_ENV = "TFGPU_SWEEP_STORAGE"
 
-    return re.sub(r"(://[^:/@]+:)[^@/]*@", r"\1***@", spec)
+
+def masked(spec: str) -> str:
+    """A storage URL as messages and ``sweep.json`` show it: its userinfo (user and password) replaced by ``***``
+    (``postgresql://alice:pa/ss@host/db`` -> ``postgresql://***@host/db``; :func:`tfgpu.utils.urls.masked`, with
+    ``urllib.parse.urlsplit``); a journal file's path unchanged."""
+    from ..utils.urls import masked as mask  # noqa: PLC0415
+
+    return mask(spec)
 
 
 def open_storage(spec: str) -> Any:
@@ -157,7 +164,7 @@ def open_storage(spec: str) -> Any:
     except Exception as exc:  # SQLAlchemy's, the driver's and OSError: all mean "cannot open it"
         raise SweepError(
             f"--storage: the study's storage {masked(spec)!r} cannot be opened: "
-            f"{masked(str(exc).splitlines()[0]) if str(exc) else type(exc).__name__}.",
+            f"{redact(str(exc).splitlines()[0], spec) if str(exc) else type(exc).__name__}.",
             "give a journal file path, or a database URL Optuna supports (sqlite:///FILE.db, "
             "postgresql://USER:PASSWORD@HOST/DB, mysql+pymysql://...) whose server is up and whose driver is "
             "installed.") from None
