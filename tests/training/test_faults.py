@@ -358,3 +358,47 @@ def test_sigterm_to_two_workers_saves_at_one_step_then_both_resume(tmp_path):
     result = resume(run_dir, "--workers", "2")
     assert result.returncode == 0, result.stderr[-3000:]
     assert epochs_in(run_dir) == [0, 1, 2] and summary_of(run_dir)["status"] == "completed"
+
+
+def test_ctrl_c_while_training_waits_for_the_call_boundary_and_a_second_one_interrupts_at_once():
+    """StopSignals in this process, with real signals: Ctrl-C inside training (deferred) only records SIGINT, so
+    the checkpoint callback stops at the next call boundary and the run ends interrupted; a second Ctrl-C, or
+    one outside training, raises KeyboardInterrupt at once; a SIGTERM after a Ctrl-C makes it a preemption; a
+    process started with SIGINT ignored keeps ignoring it."""
+    from tfgpu.training.checkpoint import StopSignals
+
+    def sigint() -> None:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)  # the handler runs at the next bytecode: here
+
+    before = signal.getsignal(signal.SIGINT)
+    stop = StopSignals(None)
+    with stop.installed():
+        with stop.deferred():
+            sigint()
+            assert stop.received == "SIGINT" and stop.interrupted and not stop.outside
+            with pytest.raises(KeyboardInterrupt):
+                sigint()
+    assert signal.getsignal(signal.SIGINT) is before
+    stop = StopSignals(None)
+    with stop.installed(), pytest.raises(KeyboardInterrupt):
+        sigint()
+    stop = StopSignals(None)
+    with stop.installed():
+        with pytest.raises(KeyboardInterrupt), stop.held():  # TensorFlow's start: the Ctrl-C waits for its end
+            sigint()
+            assert stop.interrupted
+    stop = StopSignals(None)
+    with stop.installed(), stop.deferred():
+        sigint()
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.05)
+        assert stop.received == "SIGTERM" and not stop.interrupted
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        stop = StopSignals(None)
+        with stop.installed():
+            sigint()
+            assert stop.received is None
+    finally:
+        signal.signal(signal.SIGINT, before)

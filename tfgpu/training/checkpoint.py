@@ -346,7 +346,8 @@ class CustomFiles:
 
 
 class StopSignals:
-    """SIGTERM and the requeue signal, handled for the whole life of ``tfgpu run`` (:meth:`installed`).
+    """SIGTERM, the requeue signal and Ctrl-C (SIGINT), handled for the whole life of ``tfgpu run``
+    (:meth:`installed`).
 
     While training (inside :meth:`deferred`, with a checkpoint to save) a signal
     only sets :attr:`received`: the checkpoint callback reads it at the next
@@ -355,8 +356,15 @@ class StopSignals:
     ``train.checkpoint`` off) the handler raises :class:`~tfgpu.errors.Preempted`
     at once, naming what the run was doing (:attr:`doing`). Either way the run
     ends as ``preempted`` with exit code 75, never killed by the signal's
-    default action (SIGUSR1's ends the process). Signal handlers can only be
-    set in the main thread (elsewhere this does nothing).
+    default action (SIGUSR1's ends the process). Ctrl-C is stopped the same way
+    but ends the run ``interrupted`` (``KeyboardInterrupt``: exit 130), resumable
+    from the checkpoint saved where it stopped; a second Ctrl-C, or one outside
+    training, interrupts at once; a process started with SIGINT ignored keeps
+    ignoring it. (A KeyboardInterrupt raised into Keras's or TensorFlow's code
+    mid-call, a checkpoint write among them, once left a run unstopped for two
+    minutes under load.) Inside :meth:`held` every signal waits for the block's
+    end. Signal handlers can only be set in the main thread (elsewhere this does
+    nothing).
 
     Args:
         requeue_signal: ``train.checkpoint.requeue_signal`` (e.g. ``"SIGUSR1"``) or ``None``.
@@ -376,7 +384,16 @@ class StopSignals:
 
     def _handle(self, signum: int, frame: Any) -> None:
         name = signal.Signals(signum).name
-        if self.received is None or name == self.requeue_signal:
+        if name == "SIGINT":
+            # Ctrl-C: while training, stop at the next call boundary with a checkpoint, like SIGTERM, then end
+            # interrupted (a KeyboardInterrupt raised into Keras's or TensorFlow's own code, a checkpoint being
+            # written among them, could leave the run hanging); a second Ctrl-C, or one at any other moment,
+            # interrupts at once
+            if not self._deferred or self.received == "SIGINT":
+                raise KeyboardInterrupt
+            self.received = self.received or name
+            return
+        if self.received in (None, "SIGINT") or name == self.requeue_signal:
             self.received = name
         if not self._deferred:
             self.outside = True
@@ -393,8 +410,10 @@ class StopSignals:
         import threading  # noqa: PLC0415
 
         if threading.current_thread() is threading.main_thread():
-            for name in ["SIGTERM"] + ([self.requeue_signal] if self.requeue_signal else []):
+            for name in ["SIGTERM", "SIGINT"] + ([self.requeue_signal] if self.requeue_signal else []):
                 sig = getattr(signal, name)
+                if sig == signal.SIGINT and signal.getsignal(sig) == signal.SIG_IGN:
+                    continue  # started with Ctrl-C ignored (nohup, a background job): it stays ignored
                 self._previous[sig] = signal.signal(sig, self._handle)
         try:
             yield self
@@ -431,6 +450,8 @@ class StopSignals:
             yield
         finally:
             self._deferred = False
+        if self.interrupted:
+            raise KeyboardInterrupt
         if self.received is not None:
             self.outside = True
             raise self.stopped()
@@ -438,6 +459,8 @@ class StopSignals:
     @contextlib.contextmanager
     def deferred(self) -> Iterator[None]:
         """Inside: a signal only sets :attr:`received` (the checkpoint callback stops at the next call boundary)."""
+        if self.interrupted:  # Ctrl-C just before: stop now
+            raise KeyboardInterrupt
         if self.received is not None:  # arrived just before: stop now
             self.outside = True
             raise self.stopped()
@@ -446,6 +469,11 @@ class StopSignals:
             yield
         finally:
             self._deferred = False
+
+    @property
+    def interrupted(self) -> bool:
+        """The signal received is Ctrl-C (SIGINT): the run ends ``interrupted`` (130), not ``preempted``."""
+        return self.received == "SIGINT"
 
     @property
     def requeue(self) -> bool:
@@ -647,6 +675,8 @@ def checkpoint_callback(files: Any, plan: SavePlan, stop: Optional[StopSignals] 
             state = self.last_state
             if state is None or state["global_step"] != global_step:
                 state = self._save(epoch, step, "preempted")
+            if stop.interrupted:  # Ctrl-C: the run ends interrupted (130), resumable from this checkpoint
+                raise KeyboardInterrupt
             said = on_stop(state) if (chief and on_stop is not None and code == 2) else ""
             what = stop.received or "a stop signal (on another worker)"
             raise Preempted(
