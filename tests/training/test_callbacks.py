@@ -1,6 +1,7 @@
 """train.early_stopping and train.callbacks: bad input refused before anything is written, and real trainings on
-the breast-cancer CSV where early stopping stops, model.keras is the best epoch's model, ReduceLROnPlateau lowers
-the rate, a user's callback sees Keras's hooks in fit's order (both loops), and --resume continues the count."""
+the breast-cancer CSV where early stopping stops, model.keras and summary.json's final_metrics are the best
+epoch's, ReduceLROnPlateau lowers the rate, a user's callback sees Keras's hooks in fit's order (both loops), and
+--resume continues the count."""
 
 from __future__ import annotations
 
@@ -88,6 +89,21 @@ def test_a_user_class_that_is_no_callback_is_refused(tmp_path):
              "train.callbacks[0]", "keras.callbacks.Callback")
 
 
+@pytest.mark.slow
+def test_arguments_a_callback_refuses_stop_dry_run_and_run_before_anything_is_written(tmp_path):
+    """Keras's ReduceLROnPlateau refuses factor >= 1.0 in its constructor: ``--dry-run`` builds the callbacks as
+    ``run`` does and refuses the recipe (it passed before), and ``run`` refuses it before the run directory
+    (it wrote one, then failed), with the same one-paragraph error."""
+    out = tmp_path / "runs"
+    argv = ("run", RECIPE, "--set", "train.callbacks=[{ReduceLROnPlateau: {factor: 2.0}}]", "--output-dir", str(out))
+    words = ("train.callbacks[0]", "ReduceLROnPlateau", "{factor: 2.0}", "factor >= 1.0", "Fix:", "monitor, factor")
+    dry = _refused(run_cli(*argv, "--dry-run"), *words)
+    assert not out.exists()
+    real = _refused(run_cli(*argv), *words)
+    assert not out.exists() or not any(out.iterdir()), list(out.iterdir())
+    assert dry.splitlines()[-2:] == real.splitlines()[-2:]  # the same error (its message and its fix)
+
+
 # --- real training ---------------------------------------------------------------------------------------------
 
 
@@ -98,7 +114,8 @@ def _hooks(run_dir: Path) -> list[str]:
 @pytest.mark.slow
 @pytest.mark.parametrize("loop,monitor", [("fit", "val_loss"), ("custom", "val_accuracy")])
 def test_early_stopping_keeps_the_best_epoch_and_callbacks_run(tmp_path, loop, monitor):
-    """Early stopping keeps the best epoch's model; ReduceLROnPlateau, ModelCheckpoint and a user's callback run.
+    """Early stopping keeps the best epoch's model, and summary.json's final_metrics (with final_metrics_epoch) are
+    that epoch's figures; ReduceLROnPlateau, ModelCheckpoint and a user's callback run.
     Trains its own run: the settings under test (early stopping and callbacks) change the training."""
     result = _run(tmp_path, f"train.loop={loop}", "train.progress=epoch",
                   f"train.early_stopping={{patience: 3, restore_best_weights: true, monitor: {monitor}}}",
@@ -123,6 +140,17 @@ def test_early_stopping_keeps_the_best_epoch_and_callbacks_run(tmp_path, loop, m
     assert validation["loss"] == pytest.approx(best["val_loss"], abs=1e-4), (validation, best)
     assert validation["accuracy"] == pytest.approx(best["val_accuracy"], abs=1e-4), (validation, best)
     assert abs(rows[-1]["val_loss"] - best["val_loss"]) > 1e-3  # (the last epoch's model would differ)
+    # What tfgpu records as the result describes that kept model: final_metrics are the best epoch's row (of
+    # metrics.csv and summary.json's epochs, which keeps every epoch), as evaluate finds them; so do runs' FINAL.
+    final = summary["final_metrics"]
+    assert summary["final_metrics_epoch"] == es["best_epoch"] and len(summary["epochs"]) == len(rows)
+    assert set(final) == {"loss", "accuracy", "val_loss", "val_accuracy"}, final
+    for key in final:
+        assert final[key] == pytest.approx(best[key], abs=1e-4), (key, final, best)
+        assert final[key] == summary["epochs"][es["best_epoch"] - 1][key]
+    assert validation["loss"] == pytest.approx(final["val_loss"], abs=1e-4), (validation, final)
+    listed = json.loads(run_cli("runs", str(run_dir), "--json").stdout)
+    assert listed[0]["final"] == pytest.approx(final[listed[0]["metric"]]), listed
     # ReduceLROnPlateau lowered the rate (metrics.csv's learning_rate column).
     rates = [r["learning_rate"] for r in rows]
     assert rates[0] == pytest.approx(0.01) and min(rates) < 0.01, rates
@@ -173,3 +201,5 @@ def test_resume_continues_the_count_and_restores_the_best_epoch_from_before_it(t
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
     validation = json.loads((run_dir / "evaluation.json").read_text())["splits"]["validation"]
     assert validation["loss"] == pytest.approx(best["val_loss"], abs=1e-4), (validation, best)
+    assert summary["final_metrics_epoch"] == es["best_epoch"]  # the restored epoch, from before the resume
+    assert summary["final_metrics"]["val_loss"] == pytest.approx(best["val_loss"], abs=1e-4), summary["final_metrics"]

@@ -26,7 +26,8 @@ MAX_RESTARTS = 3
 @click.option("--dry-run", is_flag=True,
               help="Do everything before training, then stop and write nothing: check the recipe, start "
                    "TensorFlow, load the data, build the model, optimizer, loss and metrics and run them on two "
-                   "training samples (with --resume: check the run it would continue). Not with --workers N.")
+                   "training samples, build the callbacks (with --resume: check the run it would continue). Not "
+                   "with --workers N.")
 @handle_errors
 def run(recipe: str | None, overrides: tuple[str, ...], output_dir: str | None, workers: int, resume: str | None,
         max_restarts: int, dry_run: bool) -> None:
@@ -50,8 +51,8 @@ def run(recipe: str | None, overrides: tuple[str, ...], output_dir: str | None, 
 
     --dry-run stops where the run directory would be written (exit 0) and
     writes nothing: it catches what 'tfgpu plan RECIPE' cannot, such as a
-    model that does not fit the data's shape or a loss that does not fit its
-    labels. It runs in one process: for --workers N, 'tfgpu plan RECIPE
+    model that does not fit the data's shape, a loss that does not fit its
+    labels or a callback argument Keras refuses. It runs in one process: for --workers N, 'tfgpu plan RECIPE
     --workers N' checks the recipe and shows worker 0's plan.
     """
     from ..errors import ConfigError  # noqa: PLC0415

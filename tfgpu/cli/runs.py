@@ -48,7 +48,7 @@ def compare(run_dirs: tuple[str, ...], plot_file: str | None, as_json: bool) -> 
 
     The settings are every key of each run's config.resolved.yaml, as dotted
     keys (model.optimizer.learning_rate); only those whose values differ are
-    shown. Each metric's final value (the last epoch's; test_*: the test
+    shown. Each metric's final value (the kept model's epoch; test_*: the test
     split's) and its best over the epochs (the highest, or the lowest for
     losses and errors) with its epoch. Reads only the files; TensorFlow is not
     started.

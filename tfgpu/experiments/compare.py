@@ -325,7 +325,8 @@ def read_run(path: Path, name: Optional[str] = None) -> dict[str, Any]:
         ``status_recorded`` (``summary.json``'s), ``stale`` (why, or ``None``), ``error`` (its first line),
         ``recipe``, ``started_at`` (Unix time, seconds), ``started`` (local time, ``YYYY-mm-dd HH:MM:SS``),
         ``epochs_completed``, ``epochs_planned``, ``main_metric``, ``metric`` (the main metric's validation copy
-        where logged), ``best`` and ``best_epoch`` (1-based) of it, ``final`` (its last value),
+        where logged), ``best`` and ``best_epoch`` (1-based) of it, ``final`` (its value in ``final_metrics``: the kept
+        model's epoch, the last unless early stopping restored the best),
         ``wall_seconds``, ``samples_per_second`` (steady-state training samples per second), ``devices``,
         ``backend``, ``strategy``, ``num_replicas``, ``global_batch_size``, ``final_metrics``, ``metrics`` (the
         logged metric names), ``epochs`` (the per-epoch rows) and ``settings`` (dotted keys). What the run does
@@ -819,7 +820,7 @@ def describe_comparison(comparison: dict[str, Any], plot: Optional[dict[str, Any
         lines.append(f"Settings: all {comparison['settings_compared']} are the same.")
     lines.append("")
     if comparison["metrics"]:
-        lines.append("Metrics (final: the last epoch's, test_*: the test split's; best: over the epochs, @epoch):")
+        lines.append("Metrics (final: the kept model's, test_*: the test split's; best: over the epochs, @epoch):")
         rows = []
         for m in comparison["metrics"]:
             rows.append([m["metric"], "final", *(metric_text(v["final"]) for v in m["values"])])

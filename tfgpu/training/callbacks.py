@@ -5,7 +5,9 @@ each callback name is a ``keras.callbacks`` class (read from Keras's package
 files, :mod:`tfgpu.utils.keras_names`) or a ``module:Class`` whose module can be found,
 and no callback fights a tfgpu key. :func:`logged_names` and :func:`check_monitors`
 run once the model is compiled, before anything is written: every ``monitor``
-names a figure the run logs. :func:`build` makes the callbacks; tfgpu places
+names a figure the run logs; :func:`check_built` then builds the callbacks once
+against a stand-in run, so arguments a class refuses in its constructor are
+refused before anything is written too. :func:`build` makes the callbacks; tfgpu places
 them after its epoch statistics, ``metrics.csv`` and TensorBoard and before its
 checkpoint (:meth:`tfgpu.training.trainer.Trainer.callbacks`), so they see the epoch's
 validation figures and the checkpoint of the epoch they stop at is still saved.
@@ -241,17 +243,53 @@ def build(cfg: Config, run: Any, logged: dict[str, str], chief: bool, resumable:
                 monitor = args.get("monitor", params["monitor"].default)
                 if isinstance(monitor, str) and logged.get(monitor):
                     args["mode"] = logged[monitor]
+        given = _spec(item)[1]  # the arguments as the recipe gives them (no mode filled in, no path moved)
         args = {k: _in_run(k, v, run.path, chief) for k, v in args.items()}
         try:
             out.append(cls(**args))
         except Exception as exc:  # Keras raises TypeError, ValueError and others for bad arguments
-            from ..errors import gist  # noqa: PLC0415
-
-            raise ConfigError(
-                f"{key}: {cls.__name__}({', '.join(f'{k}={v!r}' for k, v in args.items())}) failed: {gist(exc)}.",
-                f"check the arguments against {_KERAS_DOCS}.",
-            ) from None
+            raise _refused_arguments(key, name, cls, given, exc) from None
     return out
+
+
+def _refused_arguments(key: str, name: str, cls: Any, given: dict[str, Any], exc: Exception) -> ConfigError:
+    """The error of a callback whose constructor refused the recipe's arguments: the key, the arguments as given,
+    the class's own reason, and the arguments the class takes."""
+    from ..errors import gist  # noqa: PLC0415
+
+    try:
+        takes = [p.name for p in list(inspect.signature(cls.__init__).parameters.values())[1:]
+                 if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    except (TypeError, ValueError):  # a signature Python cannot read
+        takes = []
+    received = "{" + ", ".join(f"{k}: {v!r}" for k, v in given.items()) + "}"
+    return ConfigError(
+        f"{key}: {cls.__name__} refused its arguments (received {{{name}: {received}}}): {gist(exc)}.",
+        f"correct the argument the message names, or leave it out for its default: {cls.__name__} takes "
+        f"{', '.join(takes) or 'no arguments'}" + (f" ({_KERAS_DOCS})." if ":" not in name else "."),
+    )
+
+
+def check_built(cfg: Config, logged: dict[str, str], chief: bool, optimizer: Any = None) -> None:
+    """Build ``train.early_stopping`` and ``train.callbacks`` once, and drop them: arguments a class refuses
+    only in its constructor (``ReduceLROnPlateau(factor=2.0)``) are refused before the run directory is written,
+    by ``tfgpu run`` and ``tfgpu run --dry-run`` alike.
+
+    The callbacks see a stand-in run: an empty temporary directory (relative paths land there and are removed
+    with it; nothing under ``output.dir`` is written) and no epochs done. The run builds them again in its run
+    directory (:meth:`tfgpu.training.trainer.Trainer.callbacks`), so a class of your own is constructed twice.
+
+    Raises:
+        ConfigError: as :func:`build`.
+    """
+    import tempfile  # noqa: PLC0415
+    from types import SimpleNamespace  # noqa: PLC0415
+
+    if cfg.train.early_stopping is None and not cfg.train.callbacks:
+        return
+    with tempfile.TemporaryDirectory(prefix="tfgpu-callbacks-") as scratch:
+        stand_in = SimpleNamespace(path=Path(scratch), home=Path(scratch), epochs=SimpleNamespace(rows=[]))
+        build(cfg, stand_in, logged, chief, resumable=False, optimizer=optimizer)
 
 
 def early_stopping(es: Any, mode: str, run: Any, chief: bool, resumable: bool) -> Any:

@@ -281,7 +281,9 @@ class RunDir:
         """Record how the run ended (``completed``, ``failed``, ``interrupted``, ``preempted``) in ``summary.json``.
 
         The epochs' figures (times, samples/s, final metrics) are derived from
-        :attr:`epochs`. The reserve is released first, so this write has room.
+        :attr:`epochs`: ``final_metrics`` are the figures of the epoch whose model the run keeps
+        (``final_metrics_epoch``, counted from 1): the one ``fields["final_metrics_epoch"]`` names (the epoch
+        whose weights training restored), else the last. The reserve is released first, so this write has room.
 
         Raises:
             DiskFull, OutputError: ``summary.json`` cannot be written even so.
@@ -299,9 +301,13 @@ class RunDir:
         summary["train_seconds"] = [r["train_seconds"] for r in rows]
         steady = [r["samples_per_second"] for r in rows[1:]] or [r["samples_per_second"] for r in rows]
         summary["samples_per_second"] = statistics.median(steady) if steady else None
-        last = rows[-1] if rows else {}
+        # The kept model's epoch: the one whose weights training restored (fields' final_metrics_epoch, counted
+        # from 1: train.early_stopping.restore_best_weights), else the last.
+        kept = (fields or {}).get("final_metrics_epoch")
+        last = next((r for r in rows if kept is not None and int(r["epoch"]) == kept - 1), rows[-1] if rows else {})
         summary["final_metrics"] = {k: v for k, v in last.items()  # the model's figures: no rate, no timing
                                     if k not in ("epoch", "learning_rate", *EPOCH_STATS)}
+        summary["final_metrics_epoch"] = int(last["epoch"]) + 1 if last else None
         if str(summary.get("test_metrics_from", "")).startswith("model.evaluate"):  # not the validation's copy
             summary["final_metrics"].update(summary["test_metrics"])
         if error:

@@ -59,7 +59,8 @@ def run(recipe: Optional[str], overrides: Sequence[str] = (), output_dir: Option
        start-up lines held back below ``tensorflow.log_level``;
     4. :func:`tfgpu.data.load`: the data and its pipelines;
     5. :class:`~tfgpu.training.trainer.Trainer`: the model, optimizer, loss and metrics
-       built in the strategy's scope and checked against the data;
+       built in the strategy's scope and checked against the data, and the callbacks built once
+       (:func:`tfgpu.training.callbacks.check_built`: arguments a callback refuses stop the run here);
     6. :meth:`RunDir.open <tfgpu.training.rundir.RunDir.open>` and ``begin``: the run
        directory with its config, plan, start-up log and summary;
     7. :func:`train`: training, ``model.keras`` and the test split, inside
@@ -155,7 +156,9 @@ def dry_run(recipe: Optional[str], overrides: Sequence[str] = (), output_dir: Op
     strategy), :func:`tfgpu.data.load` (the data and its pipelines), and
     :class:`~tfgpu.training.trainer.Trainer` (the model, optimizer, loss and metrics
     built in the strategy's scope and run on the first two training samples:
-    :func:`tfgpu.model.keras_model.check_fits`). No run directory, ``output.dir``, start-up
+    :func:`tfgpu.model.keras_model.check_fits`; the callbacks of ``train.early_stopping`` and
+    ``train.callbacks`` built against a stand-in run: :func:`tfgpu.training.callbacks.check_built`;
+    with ``resume``, ``model.init_from`` skipped as :func:`run` skips it). No run directory, ``output.dir``, start-up
     log or cache file is created (a Keras dataset that is not local is still
     downloaded, as :func:`tfgpu.data.load` does).
 
@@ -194,7 +197,9 @@ def dry_run(recipe: Optional[str], overrides: Sequence[str] = (), output_dir: Op
     data, pipes = load(cfg, info, source, seed=run_seed(cfg, info, resumed))
     if resumed is not None:
         check_same_shape(resumed.summary, info, pipes.steps_per_epoch)
-    trainer = Trainer(cfg, info, data, pipes)
+    # as run builds it: a resumed run's checkpoint replaces model.init_from's weights, which are not loaded
+    trainer = Trainer(cfg, info, data, pipes,
+                      restoring=resumed.summary if resumed is not None and resumed.state is not None else None)
     model = trainer.model
     where = (f"would continue {target} from its checkpoint" if resumed is not None else
              f"would write a new run directory in {target}" if target is not None else
@@ -202,7 +207,8 @@ def dry_run(recipe: Optional[str], overrides: Sequence[str] = (), output_dir: Op
     return [*trainer.banner(), f"model: {model.name}, {model.count_params():,} parameters",
             "dry run passed: the config, the output folder and the data files; TensorFlow started with the plan; "
             "the data loaded; the model, optimizer, loss and metrics built in the strategy's scope and run on two "
-            f"training samples. Nothing was written; 'tfgpu run' without --dry-run {where}."]
+            "training samples; the callbacks (train.early_stopping, train.callbacks) built. Nothing was written; "
+            f"'tfgpu run' without --dry-run {where}."]
 
 
 def run_seed(cfg: Config, info: Any, resumed: Any) -> Optional[int]:

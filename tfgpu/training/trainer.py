@@ -157,7 +157,8 @@ class Trainer:
             :func:`tfgpu.training.runner.run`), or ``None`` (signals are not handled).
 
     Raises:
-        ConfigError: the model, loss or metrics do not fit the data, or
+        ConfigError: the model, loss or metrics do not fit the data, a ``monitor`` the run does not log, a
+            callback that refuses its arguments (:func:`tfgpu.training.callbacks.check_built`), or
             ``train.profile_steps`` lies beyond the run (before anything is written).
     """
 
@@ -202,6 +203,9 @@ class Trainer:
             compiled = self.metrics if self.metrics is not None else make_metrics(cfg.model.metrics, cfg.model.loss)
         self.logged = user_callbacks.logged_names(cfg, compiled, pipes.validation is not None)
         user_callbacks.check_monitors(cfg, self.logged)
+        # ... and every callback takes its arguments (built once against a stand-in run, before anything is
+        # written: ReduceLROnPlateau refuses factor >= 1.0 only in its constructor)
+        user_callbacks.check_built(cfg, self.logged, info.is_chief, self.optimizer)
         self.early_stopping: Any = None
         self.profile = profile_calls(cfg.train.profile_steps, cfg.train.epochs, pipes.steps_per_epoch, self.per_call)
         self.traces: Optional[dict[str, int]] = None
@@ -489,12 +493,18 @@ class Trainer:
         return {}
 
     def outcome(self) -> dict[str, Any]:
-        """What ``summary.json`` records of the training itself when the run ends (however it ends)."""
+        """What ``summary.json`` records of the training itself when the run ends (however it ends).
+
+        ``final_metrics_epoch`` (counted from 1) when ``train.early_stopping`` restored the best epoch's weights:
+        :meth:`~tfgpu.training.rundir.RunDir.finish` takes ``final_metrics`` from that epoch's row.
+        """
         fields: dict[str, Any] = {}
         if self.traces is not None:
             fields["traces"] = self.traces
         if self.early_stopping is not None:
             fields["early_stopping"] = self.early_stopping.record()
+            if self.early_stopping.restored:  # the model is the best epoch's: final_metrics are its figures
+                fields["final_metrics_epoch"] = self.early_stopping.best_epoch + 1
         if self.saver is not None:
             saves = self.saver.saves
             fields["checkpoint"] = {"saves": len(saves),
