@@ -10,6 +10,7 @@ import os
 import signal
 import time
 from pathlib import Path
+from typing import Any
 from types import SimpleNamespace
 
 import pytest
@@ -166,6 +167,18 @@ def test_a_nan_loss_never_commits_a_checkpoint_of_nan_weights(tmp_path):
     assert summary_of(run_dir)["status"] == "failed"
 
 
+def wait_until_caught(process: Any, signum: int, timeout: float = 120) -> None:
+    """Wait until ``process`` has a handler for ``signum`` (the ``SigCgt`` mask of ``/proc/PID/status``)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and process.poll() is None:
+        with open(f"/proc/{process.pid}/status") as status:
+            mask = next((int(line.split()[1], 16) for line in status if line.startswith("SigCgt:")), 0)
+        if mask >> (signum - 1) & 1:
+            return
+        time.sleep(0.02)
+    pytest.fail(f"the process never handled signal {signum} (exit {process.poll()})")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", ["SIGTERM", "SIGUSR1"])
 def test_a_stop_signal_before_training_ends_the_run_as_preempted_not_killed(tmp_path, sig):
@@ -175,7 +188,9 @@ def test_a_stop_signal_before_training_ends_the_run_as_preempted_not_killed(tmp_
     bin_dir, calls = fake_scontrol(tmp_path)
     process = start(SEED, "--output-dir", str(tmp_path / "runs"), SLURM_JOB_ID="4242",
                     PATH=f"{bin_dir}:{os.environ['PATH']}")
-    time.sleep(1.5)  # TensorFlow is starting: seconds before any training
+    # as soon as tfgpu handles the signal (it has read the config; TensorFlow starts next): not a fixed delay, which
+    # on a slow machine ended before the handlers were set, and the signal's default action killed the process
+    wait_until_caught(process, getattr(signal, sig))
     process.send_signal(getattr(signal, sig))
     out, err = process.communicate(timeout=120)
     assert process.returncode == 75, (process.returncode, err[-3000:])
