@@ -393,7 +393,7 @@ def hits(token: str, *texts: str, folders: tuple[Path, ...] = ()) -> list[str]:
     ("/tmp/study.journal", "/tmp/study.journal"),
 ])
 def test_masked_hides_the_user_and_a_password_holding_slash_at_and_colon(url, shown):
-    from tfgpu.tracking.study import masked  # noqa: PLC0415
+    from tfgpu.utils.urls import masked  # noqa: PLC0415
     from tfgpu.utils.urls import credentials, redact  # noqa: PLC0415
 
     assert masked(url) == shown

@@ -431,6 +431,15 @@ def label_task(ys: Sequence[tuple[str, np.ndarray]], loss: Any, num_classes: Opt
 FLOAT32_MAX = 3.4028234663852886e38
 
 
+def not_finite_in_float32(x: np.ndarray) -> np.ndarray:
+    """Where float ``x`` is NaN or infinite, or, for a wider float, beyond :data:`FLOAT32_MAX` (infinite once the
+    model casts it to float32): a bool array of ``x``'s shape."""
+    bad = ~np.isfinite(x)
+    if x.dtype.itemsize > 4:
+        bad |= np.abs(np.nan_to_num(x)) > FLOAT32_MAX
+    return bad
+
+
 def check_finite(x: np.ndarray, where: str) -> None:
     """Float inputs must be finite, also once in float32 (a NaN input makes every loss NaN; a float64 ``1e39``
     becomes infinity in the model's float32).
@@ -439,10 +448,7 @@ def check_finite(x: np.ndarray, where: str) -> None:
         DataError: naming the first sample that is not.
     """
     if np.issubdtype(x.dtype, np.floating):
-        flat = x.reshape(len(x), -1)
-        bad = ~np.isfinite(flat).all(axis=1)
-        if x.dtype.itemsize > 4:
-            bad |= (np.abs(np.nan_to_num(flat)) > FLOAT32_MAX).any(axis=1)
+        bad = not_finite_in_float32(x.reshape(len(x), -1)).any(axis=1)
         if bad.any():
             raise DataError(f"{where}: sample {int(np.argmax(bad))} holds NaN or infinite values, or values beyond "
                             f"float32's range (+-{FLOAT32_MAX:.4g}), in which the model computes.",

@@ -44,10 +44,10 @@ from typing import Any, Iterator, Optional, Sequence
 
 from ..config import Config, load_config
 from ..errors import ConfigError, Interrupted, Preempted, SweepError, TfgpuError
-from ..tracking.study import (STORAGE_ENV, TRIAL_ENV, distributions, grid_size, import_optuna, masked, open_storage,
-                              pruner, sampler, session_seed)
+from ..tracking.study import (STORAGE_ENV, TRIAL_ENV, distributions, grid_size, import_optuna, open_storage, pruner,
+                              sampler, session_seed)
 from ..utils.console import say, table_lines, warn
-from ..utils.urls import credentials, redact
+from ..utils.urls import credentials, masked, redact
 
 SWEEP_FILE = "sweep.json"
 JOURNAL_FILE = "study.journal"

@@ -41,7 +41,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from ..errors import ConfigError, DataError, OutputError, TfgpuError
-from ..utils.files import write_json
+from ..utils.files import missing_folders, remove_empty_folders, write_json
 from ..utils.imports import importable
 from .inference import INPUT_NAME, OUTPUT_NAME, OutputStop, RunModel, open_run, refuse_run_files
 
@@ -159,7 +159,7 @@ def _export_staged(run: RunModel, fmt: str, target: Path, record_path: Path, ver
                    stop: OutputStop) -> dict[str, Any]:
     """:func:`export_artifact` once its target is checked: export into a staging folder beside ``target``, then
     move the verified artifact and its record into place; on any failure or stop signal nothing is left."""
-    created = [d for d in (target.parent, *target.parent.parents) if not d.exists()]  # removed again on failure
+    created = missing_folders(target.parent)  # removed again on failure
     staging = _staging_dir(target, command)
     done = False
     try:
@@ -174,11 +174,7 @@ def _export_staged(run: RunModel, fmt: str, target: Path, record_path: Path, ver
     finally:
         shutil.rmtree(staging, ignore_errors=True)
         if not done:
-            for folder in created:  # deepest first: the folders this export made, if still empty
-                try:
-                    folder.rmdir()
-                except OSError:
-                    break
+            remove_empty_folders(created)
     record["record"] = str(record_path)
     return record
 

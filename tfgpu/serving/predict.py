@@ -30,7 +30,8 @@ from typing import Any, Callable, Iterator, Optional, Sequence, TextIO
 import numpy as np
 
 from ..errors import DataError, OutputError, UsageError
-from ..utils.files import disk_full, disk_full_error, remove_quietly, write_json
+from ..utils.files import (disk_full, disk_full_error, missing_folders, remove_empty_folders, remove_quietly,
+                           write_json)
 from .inference import OutputStop, RunModel, open_run, refuse_run_files
 
 #: The output formats, by the output file's extension (no extension: CSV).
@@ -185,16 +186,12 @@ def _read_csv(run: RunModel, path: Path, given: str) -> Group:
 def _first_not_finite(x: np.ndarray, rows: int = 65536) -> Optional[tuple[int, ...]]:
     """The index of the first NaN or infinity in ``x``, or of a value beyond float32's range (which the model's
     float32 would make infinite), read ``rows`` samples at a time; else ``None``."""
-    from ..data.base import FLOAT32_MAX  # noqa: PLC0415
+    from ..data.base import not_finite_in_float32  # noqa: PLC0415
 
     if x.dtype.kind != "f":
         return None
     for lo in range(0, len(x), rows):
-        part = np.asarray(x[lo:lo + rows])
-        bad = ~np.isfinite(part)
-        if part.dtype.itemsize > 4:
-            bad |= np.abs(np.nan_to_num(part)) > FLOAT32_MAX
-        where = np.argwhere(bad)
+        where = np.argwhere(not_finite_in_float32(np.asarray(x[lo:lo + rows])))
         if len(where):
             return (lo + int(where[0][0]), *(int(i) for i in where[0][1:]))
     return None
@@ -424,7 +421,7 @@ class Output:
             self._csv = csv.writer(self._file, lineterminator="\n") if self.format == "csv" else None
             return
         # the folders made here are removed again if the prediction fails (deepest first, while empty)
-        self._made = [d for d in (self.path.parent, *self.path.parent.parents) if not d.exists()]
+        self._made = missing_folders(self.path.parent)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if self.format == "npy":
             self._array = np.lib.format.open_memmap(self.tmp, mode="w+", dtype=np.float32, shape=(count, units))
@@ -544,11 +541,7 @@ class Output:
         remove_quietly(self.tmp)
         if self.ids_path is not None:
             remove_quietly(self._ids_tmp)
-        for folder in self._made:
-            try:
-                folder.rmdir()
-            except OSError:
-                break
+        remove_empty_folders(self._made)
         self._made = []
 
     def metrics(self) -> dict[str, Any]:
@@ -677,33 +670,28 @@ def _image_dataset(paths: list[str], run: RunModel, resize: Optional[bool], batc
     return ds.batch(batch_size).prefetch(tf.data.AUTOTUNE)
 
 
-def _decodes(path: str, run: RunModel, resize: Optional[bool]) -> bool:
-    """TensorFlow decodes the image ``path`` as training would (:func:`tfgpu.data.image_folder.decode_image`)."""
-    import tensorflow as tf  # noqa: PLC0415
-
-    from ..data.image_folder import decode_image  # noqa: PLC0415
-
-    size, channels, _ = _image_geometry(run)
-    try:
-        decode_image(tf.constant(path), size, channels, resize, run.cfg.data.interpolation)
-    except Exception:  # noqa: BLE001 - any failure of TensorFlow's decoder: the image is left out
-        return False
-    return True
-
-
-def _locate(paths: list[str], run: RunModel, resize: Optional[bool]) -> str:
-    """The first image TensorFlow cannot decode, and why."""
+def _decode_error(path: str, run: RunModel, resize: Optional[bool]) -> Optional[str]:
+    """Why TensorFlow cannot decode the image ``path`` as training would
+    (:func:`tfgpu.data.image_folder.decode_image`), in its own words; ``None`` when it can."""
     import tensorflow as tf  # noqa: PLC0415
 
     from ..data.base import tf_error_text  # noqa: PLC0415
     from ..data.image_folder import decode_image  # noqa: PLC0415
 
     size, channels, _ = _image_geometry(run)
+    try:
+        decode_image(tf.constant(path), size, channels, resize, run.cfg.data.interpolation)
+    except Exception as exc:  # noqa: BLE001 - any failure of TensorFlow's decoder
+        return tf_error_text(exc)
+    return None
+
+
+def _locate(paths: list[str], run: RunModel, resize: Optional[bool]) -> str:
+    """The first image TensorFlow cannot decode, and why."""
     for path in paths:
-        try:
-            decode_image(tf.constant(path), size, channels, resize, run.cfg.data.interpolation)
-        except Exception as exc:  # the first file TensorFlow cannot decode
-            return f"{path}: {tf_error_text(exc)}"
+        why = _decode_error(path, run, resize)
+        if why is not None:
+            return f"{path}: {why}"
     return "one of the images"
 
 
@@ -850,7 +838,7 @@ def _predict_chunk(model: Any, run: RunModel, group: Group, lo: int, hi: int, ba
                 raise DataError(f"tfgpu predict: TensorFlow cannot decode {_locate(paths, run, group.resize)}.",
                                 "replace or remove the file (Pillow read it, TensorFlow's decoder did not), or add "
                                 "--skip-bad to predict the others and list it in the record.") from None
-        kept = [i for i, path in enumerate(paths) if _decodes(path, run, group.resize)]
+        kept = [i for i, path in enumerate(paths) if _decode_error(path, run, group.resize) is None]
         if not kept:
             raise DataError(f"tfgpu predict: TensorFlow cannot decode any of {len(paths)} images from "
                             f"{paths[0]}.", "check the files (Pillow read their headers).")

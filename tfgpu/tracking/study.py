@@ -10,7 +10,7 @@ from ..config import Config
 from ..config.schema import PRUNERS, SAMPLERS
 from ..errors import ConfigError, SweepError
 from ..utils.console import say
-from ..utils.urls import redact
+from ..utils.urls import masked, redact
 
 
 #: The trial process's link to its study: JSON ``{"storage", "study", "trial_id", "number", "metric", "pruner"}``.
@@ -138,15 +138,6 @@ def grid_size(cfg: Config) -> Optional[int]:
 
 #: Where ``tfgpu sweep --resume`` finds a database URL with credentials (``sweep.json`` keeps it masked).
 STORAGE_ENV = "TFGPU_SWEEP_STORAGE"
-
-
-def masked(spec: str) -> str:
-    """A storage URL as messages and ``sweep.json`` show it: its userinfo (user and password) replaced by ``***``
-    (``postgresql://alice:pa/ss@host/db`` -> ``postgresql://***@host/db``; :func:`tfgpu.utils.urls.masked`, with
-    ``urllib.parse.urlsplit``); a journal file's path unchanged."""
-    from ..utils.urls import masked as mask  # noqa: PLC0415
-
-    return mask(spec)
 
 
 def open_storage(spec: str) -> Any:

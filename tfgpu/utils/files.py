@@ -114,6 +114,22 @@ def ensure_room(path: Path, needed: int) -> None:
                               "again.", needed)
 
 
+def missing_folders(folder: Path) -> list[Path]:
+    """``folder`` and those above it that do not exist yet, deepest first: what ``mkdir(parents=True)`` makes,
+    for :func:`remove_empty_folders` to take back after a failed write."""
+    return [d for d in (folder, *folder.parents) if not d.exists()]
+
+
+def remove_empty_folders(folders: list[Path]) -> None:
+    """Remove ``folders`` (deepest first, :func:`missing_folders`) while they are empty; stop at the first that
+    is not."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:
+            break
+
+
 def remove_quietly(path: Path) -> None:
     """Delete a file or a directory tree if it exists (a temporary file after a failed write)."""
     try:
