@@ -24,15 +24,7 @@ import time
 from typing import Any
 
 from ...utils.console import warn
-from . import Job, check_loss, epoch_line, epoch_stats, format_epoch
-
-# The last run's distributed iterators, kept alive on purpose. Destroying a MirroredStrategy
-# iterator waits for tf.data's autotuning thread of its per-device datasets to wake from a
-# timed wait that doubles up to 60 s (gdb: ~RootDataset::Iterator -> Model::OptimizeLoop);
-# at the end of a run that stalled the process 3-15 s in 1 run of 3 on 2 CPU cores. Kept
-# here, they are released when the next run in this process ends, or at exit, where no
-# stall was seen (4 runs of 4 without one).
-_LAST_ITERATORS: list = []
+from . import Job, check_loss, epoch_line, epoch_stats, format_epoch, keep_iterators
 
 #: The longest a training call should take, in seconds. A stop signal is handled at the
 #: next call boundary and a checkpoint saved before the process exits; Slurm kills a job
@@ -255,6 +247,6 @@ def train_custom(job: Job, callbacks: list, progress: str, start: tuple[int, int
         if model.stop_training:
             break
     cbs.on_train_end(logs)
-    _LAST_ITERATORS[:] = [train_batches, val_batches]
+    keep_iterators([train_batches, val_batches])  # destroyed now, they could pause the run's end for seconds
     return {"train": train_steps.experimental_get_tracing_count(),
             "validation": test_steps.experimental_get_tracing_count()}

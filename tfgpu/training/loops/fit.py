@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import re
+import sys
 import time
 from typing import Any, Optional
 
 from ...utils.console import warn
-from . import Job, check_loss, progress_callback
+from . import Job, check_loss, keep_iterators, progress_callback
 from .custom import MAX_CALL_SECONDS
 
 VERBOSE = {"bar": 1, "epoch": 2, "none": 0}
@@ -42,7 +43,8 @@ def train_fit(job: Job, callbacks: list, progress: str, start: tuple[int, int] =
 
     Wraps: https://keras.io/api/models/model_training_apis/#fit-method
     """
-    callbacks = [call_timer(max_call_seconds), *callbacks]  # before the checkpoint's batch end (a save)
+    kept: list = []
+    callbacks = [call_timer(max_call_seconds), iterator_keeper(kept), *callbacks]  # before the checkpoint's batch end
     at = [start[0]]  # the epoch being trained, for the NaN message
     if job.terminate_on_nan:
         import keras  # noqa: PLC0415
@@ -76,6 +78,8 @@ def train_fit(job: Job, callbacks: list, progress: str, start: tuple[int, int] =
             check_loss(float(found.group(1)), at[0] + 1, " (keras.callbacks.TerminateOnNaN); the last "
                        "checkpoint before it is kept")
             raise
+        finally:
+            keep_iterators(kept)  # released when fit returns, the training iterator could pause for seconds
 
 
 def call_timer(bound: float = MAX_CALL_SECONDS) -> Any:
@@ -114,3 +118,32 @@ def call_timer(bound: float = MAX_CALL_SECONDS) -> Any:
                      "shorten its calls: lower train.steps_per_execution, or use train.loop: custom, which does")
 
     return CallTimer()
+
+
+def iterator_keeper(kept: list) -> Any:
+    """A Keras callback that appends each ``fit`` call's training iterator (Keras's ``TFEpochIterator``) to ``kept``.
+
+    ``fit`` makes its training iterator a local variable and drops it when it returns; under MirroredStrategy
+    that destruction can pause the process for seconds (:func:`tfgpu.training.loops.keep_iterators`, which
+    ``train_fit`` hands ``kept`` to). Keras gives callbacks no handle on it, so ``on_train_begin`` reads it from
+    the frame of Keras's ``fit`` (``keras.src.backend.tensorflow.trainer``), the caller a few frames up; in a
+    Keras that names it otherwise nothing is kept and only the pause comes back.
+
+    Wraps: https://keras.io/api/callbacks/base_callback/
+    """
+    import keras  # noqa: PLC0415
+
+    class IteratorKeeper(keras.callbacks.Callback):
+        def on_train_begin(self, logs: Optional[dict] = None) -> None:
+            frame = sys._getframe(1)
+            for _ in range(8):
+                if frame is None:
+                    return
+                if frame.f_code.co_name == "fit" and frame.f_globals.get("__name__", "").startswith("keras."):
+                    found = frame.f_locals.get("epoch_iterator")
+                    if found is not None:
+                        kept.append(found)
+                    return
+                frame = frame.f_back
+
+    return IteratorKeeper()
