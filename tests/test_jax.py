@@ -76,7 +76,8 @@ def test_jax_trains_the_seed_recipe_data_parallel_on_two_devices_as_well_as_tens
     plan = json.loads((run_dir / "plan.json").read_text())
     assert plan["backend"] == "jax"
     assert plan["env"]["KERAS_BACKEND"] == "jax" and plan["env"]["TF_FORCE_GPU_ALLOW_GROWTH"] == "true"
-    assert plan["env"]["XLA_FLAGS"] == "--xla_force_host_platform_device_count=2"
+    assert plan["env"]["XLA_FLAGS"] == ("--xla_force_host_platform_device_count=2 "
+                                        "--xla_cpu_collective_call_terminate_timeout_seconds=600")
     assert plan["env_settings"]["XLA_FLAGS"] == "devices.cpu_logical_devices"
     assert "backend: jax" in (run_dir / "config.yaml").read_text()
     with open(run_dir / "metrics.csv") as f:
@@ -227,6 +228,42 @@ def test_setup_returns_the_same_fields_on_jax_without_tensorflow():
     assert lines[0] == ("jax ('cpu:0', 'cpu:1') ('cpu:0 (cpu)', 'cpu:1 (cpu)') DataParallel 2 128 None True")
     assert lines[1].startswith("tfgpu: Keras on JAX; 0 GPU(s); JAX devices: cpu:0, cpu:1; distribution: DataParallel")
     assert lines[2] == "False"
+
+
+@pytest.mark.slow
+def test_a_cpu_device_65_seconds_late_at_an_all_reduce_does_not_abort_the_process():
+    """Issue 34's stall: XLA:CPU stops a process with SIGABRT when one CPU device reaches an all-reduce 60 s after
+    the other (its warning at 20 s, then 40 s); under tfgpu.setup's XLA_FLAGS the all-reduce waits and gives the
+    right sum. The late device is real: its step sleeps in a host callback before the psum. (Without tfgpu's flag
+    the same script exits -6 after 60 s, measured.) A minute of sleep, almost no CPU."""
+    code = """
+        import sys, time
+        sys.modules['tensorflow'] = None
+        import tfgpu
+        tfgpu.setup(backend="jax", devices={"cpu_logical_devices": 2, "visible_gpus": "none"})
+        import jax, jax.numpy as jnp, numpy as np
+        from jax.sharding import Mesh, PartitionSpec as P
+        mesh = Mesh(np.array(jax.devices()), ("d",))
+
+        def late(index):
+            if int(index) == 0:
+                time.sleep(65)
+            return np.float32(0)
+
+        @jax.jit
+        def total(x):
+            def body(x):
+                wait = jax.pure_callback(late, jax.ShapeDtypeStruct((), jnp.float32), jax.lax.axis_index("d"))
+                return jax.lax.psum(x + wait, "d")
+            return jax.shard_map(body, mesh=mesh, in_specs=P("d"), out_specs=P())(x)
+
+        print("SUM", float(total(jnp.array([1.0, 2.0]))[0]))
+    """
+    out = subprocess.run([sys.executable, "-c", __import__("textwrap").dedent(code)], capture_output=True, text=True,
+                         timeout=300, env=child_env(needs=("jax",)), cwd=ROOT)
+    assert out.returncode == 0, (out.returncode, out.stderr[-3000:])
+    assert "SUM 3.0" in out.stdout
+    assert "is unstuck waiting for `all reduce" in out.stderr  # XLA's own line: the wait passed its 60 s default
 
 
 @pytest.mark.slow

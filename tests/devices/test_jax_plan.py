@@ -351,6 +351,23 @@ def test_cpu_devices_and_determinism_share_one_xla_flags():
     assert p.num_replicas == 4
 
 
+TIMEOUT = "--xla_cpu_collective_call_terminate_timeout_seconds"
+
+
+def test_data_parallel_on_cpu_devices_lets_a_late_device_wait_ten_minutes_not_40_seconds():
+    """XLA:CPU stops the process when one CPU device reaches an all-reduce 60 s after another (40 s after its
+    warning); on CPU devices tfgpu gives it 10 minutes more (issue 34). A value in XLA_FLAGS is kept; one device or
+    GPUs as the replicas (no CPU collectives) get no such flag."""
+    p = jax_plan(0, devices={"cpu_logical_devices": 2})
+    assert f"{TIMEOUT}=600" in p.env["XLA_FLAGS"].split()
+    assert p.env_settings["XLA_FLAGS"] == "devices.cpu_logical_devices"
+    own = machine(0, env={"XLA_FLAGS": f"{TIMEOUT}=90"})
+    assert [f for f in flags(make_plan(jax_config(devices={"cpu_logical_devices": 4}), own)) if TIMEOUT in f] == [
+        f"{TIMEOUT}=90"]
+    assert not [f for f in flags(jax_plan(0, devices={"cpu_logical_devices": 1})) if TIMEOUT in f]
+    assert not [f for f in flags(jax_plan(2, devices={"cpu_logical_devices": 2})) if TIMEOUT in f]
+
+
 def test_an_existing_device_count_flag_gives_that_many_cpu_devices():
     machine_ = machine(0, env={"XLA_FLAGS": f"{COUNT}=2"})
     p = make_plan(jax_config(train={"batch_size_per_replica": 10}), machine_)
@@ -560,7 +577,7 @@ def test_cli_plan_on_jax_prints_the_jax_environment():
     result = cli("plan", "recipes/mnist.yaml", "--set", "backend=jax", "--set", "devices.cpu_logical_devices=2")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "KERAS_BACKEND=jax    # backend" in result.stdout
-    assert f"XLA_FLAGS={COUNT}=2    # devices.cpu_logical_devices" in result.stdout
+    assert f"XLA_FLAGS={COUNT}=2 {TIMEOUT}=600    # devices.cpu_logical_devices" in result.stdout
     assert "Data parallel: keras.distribution.DataParallel over " in result.stdout
 
 

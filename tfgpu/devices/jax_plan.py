@@ -35,6 +35,16 @@ NEW_FRACTION_ENV = "XLA_CLIENT_MEM_FRACTION"
 ALLOCATORS = {"cuda_malloc_async": "cuda_async"}
 CPU_COUNT_FLAG = "--xla_force_host_platform_device_count"
 DETERMINISM_FLAG = "--xla_gpu_deterministic_ops"
+#: How long XLA:CPU lets a collective's rendezvous (every CPU device's step arriving at its all-reduce) go on after
+#: its "may be stuck" warning (at 20 s) before it stops the process with SIGABRT; jaxlib 0.10.2's default is 40 s,
+#: 60 s in all (measured: a device 75 s late aborts the default, 45 s does not). Seen on this project's 2-core
+#: machine under a parallel test suite's load: the seed recipe's all-reduce on 2 CPU devices ran out of those
+#: 40 s and the run died in epoch 1 (issue 34). Not reproduced here: beside 2 and 4 concurrent trainings, 21 runs
+#: finished and no rendezvous waited even 1 s (the warning flag at 1 s, 3 of them), so that wait was one device's
+#: thread held up, not the usual pace of a loaded machine. tfgpu lets such a wait go on 10 minutes more (XLA
+#: still warns at 20 s, and says 'unstuck after ...' when it ends); a real deadlock still ends the run, later.
+CPU_COLLECTIVE_TIMEOUT_FLAG = "--xla_cpu_collective_call_terminate_timeout_seconds"
+CPU_COLLECTIVE_TIMEOUT_SECONDS = 600
 JIT_REASON = "JAX: Keras's JAX trainer compiles every step with XLA (jax.jit)"
 
 
@@ -184,6 +194,10 @@ def make_jax_plan(config: Config, probe: Probe) -> Plan:
     if dev.cpu_logical_devices > 1 or "cpu_logical_devices" in dev.model_fields_set:  # a key set wins over XLA_FLAGS
         flags = _set_flag(flags, CPU_COUNT_FLAG, str(dev.cpu_logical_devices))
         flag_keys.append("devices.cpu_logical_devices")
+        if dev.cpu_logical_devices > 1 and not gpus and _flag(flags, CPU_COLLECTIVE_TIMEOUT_FLAG) is None:
+            # Data parallel over CPU devices all-reduces in this process (XLA:CPU's collectives); a value
+            # already in XLA_FLAGS is kept.
+            flags = _set_flag(flags, CPU_COLLECTIVE_TIMEOUT_FLAG, str(CPU_COLLECTIVE_TIMEOUT_SECONDS))
     if tfc.deterministic_ops:
         flags = _set_flag(flags, DETERMINISM_FLAG, "true")
         flag_keys.append("tensorflow.deterministic_ops")
