@@ -149,16 +149,20 @@ def run_cli(*args: str, cwd: Path = ROOT, timeout: int = 600, needs: tuple[str, 
                           timeout=timeout, env=child_env(needs=needs, **env), cwd=cwd)
 
 
-def sigterm_when(folder: Path, pattern: str, *args: str, timeout: int = 240) -> tuple[int, str]:
-    """Start ``tfgpu ARGS``, send it SIGTERM as soon as ``folder`` holds a file matching ``pattern`` (a temporary
+def signal_when(folder: Path, pattern: str, *args: str, signum: int = signal.SIGTERM,
+                timeout: int = 240) -> tuple[int, str]:
+    """Start ``tfgpu ARGS``, send it ``signum`` as soon as ``folder`` holds a file matching ``pattern`` (a temporary
     file it writes), and wait for it to end: ``(exit code, stderr)``."""
+    # SIGINT as a terminal's Ctrl-C reaches a process: with its default action (an xdist worker ignores it, and a
+    # child would inherit that)
     process = subprocess.Popen([sys.executable, "-m", "tfgpu.cli", *args], cwd=ROOT, env=child_env(),
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + timeout
     while not list(folder.glob(pattern)) and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
     assert list(folder.glob(pattern)), f"{pattern} never appeared in {folder}: {process.communicate()[1][-2000:]}"
-    process.send_signal(signal.SIGTERM)
+    process.send_signal(signum)
     _, stderr = process.communicate(timeout=timeout)
     return process.returncode, stderr
 

@@ -675,6 +675,19 @@ def test_bad_data_sources_before_tensorflow(tmp_path, make, fragments):
     check(info.value, DataError, 5, fragments)
 
 
+def test_a_regression_label_beyond_float32_is_a_data_error(tmp_path):
+    """A float64 label of 1e39 passed the float64 finiteness check and was infinity in the float32 loss (issue 34,
+    item 6, for labels: the features were checked already)."""
+    cfg = load_config({"data": _arrays(tmp_path, x_train=np.zeros((3, 2)), y_train=np.array([1.0, 1e39, 2.0])),
+                       "model": {"loss": "mse", "metrics": ["mae"]}})
+    source = source_for(cfg.data, cfg.model.loss, cfg.tensorflow.seed)
+    with pytest.raises(DataError) as info:
+        source.check()
+        source.load(LoadContext(global_batch_size=32, num_replicas=1))
+    check(info.value, DataError, 5, ["a.npz: y_train: a label is 1e+39; labels must be finite numbers within "
+                                     "float32's range"])
+
+
 @pytest.mark.parametrize("package, make, fragments", [
     pytest.param("tensorflow_datasets", lambda: source_for(load_config({"data": {"kind": "tfds", "name": "mnist"}}).data).check(),
                  ["data.kind tfds needs the tensorflow-datasets package", "pip install 'tfgpu[tfds]'"], id="tfds"),

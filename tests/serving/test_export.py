@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import time
 from pathlib import Path
 
 import pytest
 
-from ..conftest import ROOT, copy_run, data_dir, one_paragraph, run_cli, run_python, sigterm_when
+from ..conftest import ROOT, copy_run, data_dir, one_paragraph, run_cli, run_python, signal_when
 
+CANCER = data_dir() / "breast_cancer" / "breast_cancer.csv"
 FORMATS = ("savedmodel", "onnx", "litert")
 RECORD = {"savedmodel": "savedmodel/{name}/1/export.json", "onnx": "model.onnx.export.json",
           "litert": "model.tflite.export.json"}
@@ -235,16 +237,44 @@ def test_an_export_never_writes_over_a_runs_files(runs, tmp_path):
         assert f"would write over {over}, a file of the run directory" in result.stderr, result.stderr
         one_paragraph(result.stderr.split("Fix:")[0])
     assert {p: p.read_bytes() for r in (run_dir, other) for p in r.iterdir() if p.is_file()} == before
+    # nor over the data a run reads (a copy here, the run pointed at it with --set): the CSV itself, a file or a
+    # SavedModel folder inside an image folder
+    data = tmp_path / "data"
+    (data / "7").mkdir(parents=True)
+    shutil.copy(CANCER, data / "cancer.csv")
+    kept = (data / "cancer.csv").read_bytes()
+    for fmt, run, output, key, value in (("onnx", run_dir, data / "cancer.csv", "data.path", data / "cancer.csv"),
+                                         ("litert", other, data / "7" / "m.tflite", "data.path", data),
+                                         ("savedmodel", other, data / "7" / "sm", "data.path", data)):
+        result = run_cli("export", fmt, str(run), "-o", str(output), "--set", f"{key}={value}")
+        assert result.returncode == 2, result.stderr[-2000:]
+        assert f"the training data ({key}: {value})" in result.stderr, result.stderr
+        one_paragraph(result.stderr.split("Fix:")[0])
+    assert (data / "cancer.csv").read_bytes() == kept and sorted(p.name for p in data.rglob("*")) == ["7", "cancer.csv"]
+    # nor over a recipe or a run's file with the Slurm script or TFJob manifest
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text((ROOT / "recipes" / "breast_cancer.yaml").read_text().replace(
+        "${TFGPU_DATA_DIR}/breast_cancer/breast_cancer.csv", str(data / "cancer.csv")))
+    text = recipe.read_text()
+    for kind, output, says in (("slurm", recipe, f"would write over the recipe {recipe}"),
+                               ("tfjob", data / "cancer.csv", "would write over the training data (data.path: "),
+                               ("slurm", run_dir / "config.yaml", "a file of the run directory")):
+        image = ["--image", "localhost/tfgpu:gpu"] if kind == "tfjob" else []
+        result = run_cli("export", kind, str(recipe), *image, "-o", str(output))
+        assert result.returncode == 2 and says in result.stderr, result.stderr[-2000:]
+    assert recipe.read_text() == text and (data / "cancer.csv").read_bytes() == kept
+    assert {p: p.read_bytes() for r in (run_dir, other) for p in r.iterdir() if p.is_file()} == before
 
 
 @pytest.mark.slow
-def test_sigterm_during_an_export_exits_75_and_leaves_no_staging_folder(runs, tmp_path):
-    """SIGTERM once the staging folder exists (TensorFlow starting, or converting): exit 75 with one paragraph,
-    and nothing left, not the hidden ``.m.onnx.tmp-*`` folder (the signal's default action left it, exit 143)."""
-    code, stderr = sigterm_when(tmp_path, ".m.onnx.tmp-*", "export", "onnx", str(runs["csv"]), "-o",
-                                str(tmp_path / "m.onnx"))
+def test_sighup_during_an_export_exits_75_and_leaves_no_staging_folder(runs, tmp_path):
+    """SIGHUP (a closed terminal; SIGTERM goes the same way, tested with predict) once the staging folder exists
+    (TensorFlow starting, or converting): exit 75 with one paragraph, and nothing left, not the hidden
+    ``.m.onnx.tmp-*`` folder (the signal's default action left it, exit 143)."""
+    code, stderr = signal_when(tmp_path, ".m.onnx.tmp-*", "export", "onnx", str(runs["csv"]), "-o",
+                               str(tmp_path / "m.onnx"), signum=signal.SIGHUP)
     assert code == 75, stderr[-3000:]
-    assert "tfgpu: preempted: tfgpu export onnx: SIGTERM arrived while" in stderr
+    assert "tfgpu: preempted: tfgpu export onnx: SIGHUP arrived while" in stderr
     one_paragraph(stderr.split("Fix:")[0])
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 

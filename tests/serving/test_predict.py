@@ -9,12 +9,13 @@ import io
 import json
 import os
 import shutil
+import signal
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from ..conftest import SMALL_PNG, copy_run, data_dir, one_paragraph, run_cli, sigterm_when
+from ..conftest import SMALL_PNG, copy_run, data_dir, one_paragraph, run_cli, signal_when
 
 SAMPLES = SMALL_PNG  # MNIST images per split written as PNGs
 
@@ -279,14 +280,31 @@ def test_a_full_disk_under_the_output_is_exit_8_with_the_free_space_and_leaves_n
     assert os.listdir(tmp_path) == []
 
 
+def test_a_nan_or_infinite_output_is_never_counted_correct(tmp_path):
+    """A row whose model output is NaN (a model that overflowed inside) has argmax class 0: it was counted
+    correct against label 0 (issue 34, item 6: accuracy 1.0 over NaN rows). It is counted wrong, its CSV row
+    says correct false, and the record counts the rows."""
+    from tfgpu.serving.predict import Output
+
+    out = tmp_path / "preds.csv"
+    writer = Output(out, _Classes(), 2, labelled=True)
+    writer.open(3, 2)
+    writer.write(["nan", "inf", "fine"], np.array([[np.nan, np.nan], [np.inf, 0.0], [0.9, 0.1]], np.float32),
+                 np.array([0, 0, 0]))
+    writer.commit()
+    assert writer.metrics() == {"labelled": 3, "correct": 1, "accuracy": 1 / 3, "not_finite": 2}
+    assert [(r["id"], r["correct"]) for r in _rows(out)] == [("nan", "false"), ("inf", "false"), ("fine", "true")]
+
+
 # --- issue 34: what predict may write, labels as users store them, signals and pipes -----------------------------
 
 
 @pytest.mark.slow
-def test_outputs_over_a_runs_files_or_for_a_missing_run_are_refused_and_create_nothing(image_run, csv_run, tmp_path):
-    """No --output may replace a file of a run directory (this run's or another's), its record included; a check
-    that fails creates no folder; text labels that are not class names and numbers beyond float32 are data
-    errors. All refused before TensorFlow starts, each run file byte for byte as it was."""
+def test_outputs_over_a_runs_files_or_for_a_missing_run_are_refused_and_create_nothing(image_run, csv_run, small_png,
+                                                                                      tmp_path):
+    """No --output may replace a file of a run directory (this run's or another's), its record included, or the
+    data the run reads; a check that fails creates no folder; text labels that are not class names and numbers
+    beyond float32 are data errors. All refused before TensorFlow starts, each file byte for byte as it was."""
     from recipes.make_examples import mnist  # noqa: PLC0415
 
     before = {p.name: p.read_bytes() for p in image_run.iterdir() if p.is_file()}
@@ -299,6 +317,19 @@ def test_outputs_over_a_runs_files_or_for_a_missing_run_are_refused_and_create_n
         assert f"would write over {output.parent / over}, a file of the run directory" in result.stderr
         one_paragraph(result.stderr.split("Fix:")[0])
     assert {p.name: p.read_bytes() for p in image_run.iterdir() if p.is_file()} == before
+    # nor the data the run reads (copies here, the runs pointed at them with --set): its CSV, a file in its image
+    # folder; refused once the run is read, still before TensorFlow
+    data = tmp_path / "data"
+    shutil.copytree(small_png / "test" / "7", data / "folder" / "7")
+    shutil.copy(CANCER, data / "cancer.csv")
+    kept = {p: p.read_bytes() for p in data.rglob("*") if p.is_file()}
+    for run, given, output, key, value in (
+            (csv_run, CANCER, data / "cancer.csv", "data.path", data / "cancer.csv"),
+            (image_run, npz, data / "folder" / "7" / "p.csv", "data.validation_path", data / "folder")):
+        result = _predict(str(run), str(given), "-o", str(output), "--set", f"{key}={value}", code=2)
+        assert f"the training data ({key}: {value})" in result.stderr, result.stderr
+        one_paragraph(result.stderr.split("Fix:")[0])
+    assert {p: p.read_bytes() for p in data.rglob("*") if p.is_file()} == kept
     # a new file in the run directory may be written, and replaced by a later prediction (its record says what
     # it is); a file of the user's there may not
     from tfgpu.serving.predict import check_output  # noqa: PLC0415
@@ -377,14 +408,19 @@ def many_digits(tmp_path_factory) -> Path:
 
 
 @pytest.mark.slow
-def test_sigterm_while_predicting_exits_75_and_leaves_no_temporary_file(image_run, many_digits, tmp_path):
-    """SIGTERM once the rows' temporary file is open: exit 75 (try again) with one paragraph, and no
-    ``.p.csv.<pid>.tmp`` nor p.csv left (the signal's default action exited 143 and left the file)."""
-    code, stderr = sigterm_when(tmp_path, ".p.csv.*.tmp", "predict", str(image_run), str(many_digits),
-                                "-o", str(tmp_path / "p.csv"))
-    assert code == 75, stderr[-3000:]
-    assert "tfgpu: preempted: tfgpu predict: SIGTERM arrived while predicting 60,000 samples" in stderr
-    one_paragraph(stderr.split("Fix:")[0])
+@pytest.mark.parametrize("signum, code, says", [(signal.SIGTERM, 75, "preempted: tfgpu predict: SIGTERM arrived"),
+                                              (signal.SIGINT, 130, "interrupted")], ids=["SIGTERM", "SIGINT"])
+def test_a_stop_signal_while_predicting_exits_with_its_code_and_leaves_no_temporary_file(image_run, many_digits,
+                                                                                        tmp_path, signum, code, says):
+    """SIGTERM (or Ctrl-C) once the rows' temporary file is open: exit 75, try again (130 for Ctrl-C) with one
+    paragraph, and no ``.p.csv.<pid>.tmp`` nor p.csv left (SIGTERM's default action exited 143 and left the file)."""
+    got, stderr = signal_when(tmp_path, ".p.csv.*.tmp", "predict", str(image_run), str(many_digits),
+                              "-o", str(tmp_path / "p.csv"), signum=signum)
+    assert got == code, stderr[-3000:]
+    assert f"tfgpu: {says}" in stderr and "Traceback" not in stderr, stderr[-3000:]
+    if signum == signal.SIGTERM:
+        assert "SIGTERM arrived while predicting 60,000 samples" in stderr
+    one_paragraph(stderr[stderr.index("tfgpu: "):].split("Fix:")[0])
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 

@@ -29,14 +29,19 @@ def export() -> None:
 
 
 
-def _write(text: str, output: str | None) -> None:
+def _write(text: str, output: str | None, command: str, recipe: str, cfg: Any) -> None:
+    """Print ``text``, or write it to ``output``: never over the recipe, a file of a run directory or the data the
+    recipe reads (exit 2, nothing written)."""
     if output is None:
         click.echo(text, nl=False)
         return
     from pathlib import Path  # noqa: PLC0415
 
     from ..errors import OutputError  # noqa: PLC0415
+    from ..serving.inference import refuse_data_files, refuse_run_files  # noqa: PLC0415
 
+    refuse_run_files(command, "--output", output, (Path(output),))
+    refuse_data_files(command, "--output", output, (Path(output),), cfg, {"the recipe": recipe})
     try:
         Path(output).write_text(text, encoding="utf-8")
     except OSError as exc:
@@ -105,7 +110,7 @@ def export_slurm(recipe: str, overrides: tuple[str, ...], workers: int, gpus_per
     cfg = load_config(recipe, overrides=[*overrides, "distribute.strategy=multi_worker_mirrored"])
     signal = cfg.train.checkpoint.requeue_signal if cfg.train.checkpoint.enabled else None
     _write(slurm_script(recipe, overrides, workers, gpus_per_worker, cfg.distribute.port, time_limit, partition,
-                        name, cfg.output.dir, signal), output)
+                        name, cfg.output.dir, signal), output, "export slurm", recipe, cfg)
 
 
 
@@ -144,7 +149,7 @@ def export_tfjob(recipe: str, overrides: tuple[str, ...], image: str, workers: i
     # `tfgpu run RECIPE` would here.
     recipe_yaml = given_yaml(cfg)
     _write(tfjob_manifest(recipe, recipe_yaml, overrides, image, workers, gpus_per_worker, name, data_pvc, runs_pvc),
-           output)
+           output, "export tfjob", recipe, cfg)
     for note in tfjob_notes(data_pvc, runs_pvc):
         if note.startswith("WARNING: "):
             click.echo(f"tfgpu: warning: {note[len('WARNING: '):]}", err=True)

@@ -403,10 +403,11 @@ def label_task(ys: Sequence[tuple[str, np.ndarray]], loss: Any, num_classes: Opt
                 "or target values).",
                 "encode the labels as integers (e.g. 0 and 1) or floats.",
             )
-        if np.issubdtype(y.dtype, np.floating) and not np.isfinite(y).all():
-            bad = y[~np.isfinite(y)].flat[0]
-            raise DataError(f"{where}: a label is {bad}; labels must be finite numbers.",
-                            "remove or fix the samples with missing or infinite labels.")
+        if np.issubdtype(y.dtype, np.floating) and not_finite_in_float32(y).any():
+            bad = y[not_finite_in_float32(y)].flat[0]  # a float64 1e39 is infinity in the float32 loss
+            raise DataError(f"{where}: a label is {bad}; labels must be finite numbers within float32's range "
+                            f"(+-{FLOAT32_MAX:.4g}), in which the loss is computed.",
+                            "remove or fix the samples with missing, infinite or out-of-range labels.")
     classes = all(whole_numbers(y) for _, y in ys) and loss_family(loss) != "regression"
     if not classes:
         return Labels("regression", None, "float32")

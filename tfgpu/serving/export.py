@@ -43,7 +43,8 @@ import numpy as np
 from ..errors import ConfigError, DataError, OutputError, TfgpuError
 from ..utils.files import missing_folders, remove_empty_folders, write_json
 from ..utils.imports import importable
-from .inference import INPUT_NAME, OUTPUT_NAME, OutputStop, RunModel, open_run, refuse_run_files
+from .inference import (INPUT_NAME, OUTPUT_NAME, OutputStop, RunModel, open_run, refuse_data_files,
+                        refuse_run_files)
 
 #: The formats, as the command line names them -> ``keras.Model.export``'s ``format``.
 FORMATS = {"savedmodel": "tf_saved_model", "onnx": "onnx", "litert": "litert"}
@@ -150,6 +151,7 @@ def export_artifact(run_dir: str | Path, fmt: str, output: Optional[str] = None,
         record_path = target.with_name(target.name + "." + RECORD_NAME)
     # an earlier export of this name may be replaced: its record beside it (NAME.export.json) says it is one
     refuse_run_files(command, "-o", str(base), (target, record_path), earlier_output=record_path.is_file())
+    refuse_data_files(command, "-o", str(base), (target, record_path), run.cfg)
     stop = OutputStop(command)
     with stop.installed():
         return _export_staged(run, fmt, target, record_path, version, command, stop)

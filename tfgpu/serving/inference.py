@@ -27,6 +27,8 @@ Nothing here imports TensorFlow or Keras until :func:`load_serving_model`.
 
 from __future__ import annotations
 
+import fnmatch
+import glob
 import json
 import os
 from dataclasses import dataclass
@@ -34,6 +36,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from ..config import load_config
+from ..data.base import DATA_DIR_ENV
 from ..errors import ConfigError, DataError, Preempted, UsageError
 from ..training.checkpoint import StopSignals
 
@@ -298,6 +301,48 @@ def refuse_run_files(command: str, option: str, given: str, paths: Sequence[Path
                              "the configs, the checkpoint) are never replaced.",
                              f"write it elsewhere, e.g. {run / EXPORT_FOLDER / Path(given).name} or a folder of "
                              "your own.")
+
+
+#: The keys of ``data:`` that name files or folders a run reads.
+DATA_KEYS = ("path", "validation_path", "test_path", "data_dir")
+
+
+def refuse_data_files(command: str, option: str, given: str, paths: Sequence[Path], cfg: Any,
+                      inputs: Optional[dict[str, str]] = None) -> None:
+    """Refuse to write ``paths`` over what a run reads: a file its ``data:`` section names (``path``,
+    ``validation_path``, ``test_path``; a TFRecord pattern's files, or a new name the pattern would match), a file
+    inside a folder it names (an image folder, a TFDS ``data_dir``), or one of ``inputs`` (``{"the recipe": path}``).
+
+    Raises:
+        UsageError: a path would replace or join the run's data (exit 2: nothing was read or written).
+    """
+    named = [(f"data.{key}", getattr(cfg.data, key, None)) for key in DATA_KEYS]
+    name, root = getattr(cfg.data, "name", None), os.environ.get(DATA_DIR_ENV)
+    if name and not cfg.data.path and root:  # a Keras dataset read from $TFGPU_DATA_DIR/<name>/
+        named.append((f"data.name ({DATA_DIR_ENV}/{name})", os.path.join(root, name)))
+    for path in paths:
+        real = os.path.realpath(path)
+        hit = next(((f"{what} {value}", value) for what, value in (inputs or {}).items()
+                    if value and os.path.realpath(value) == real), None)
+        for key, value in named:
+            if hit is not None:
+                break
+            if not value:
+                continue
+            value = os.path.expanduser(os.path.expandvars(value))  # as data.base.resolve_path reads it
+            source = os.path.realpath(value)
+            if glob.has_magic(value):
+                found = fnmatch.fnmatch(real, source) or real in {os.path.realpath(m) for m in glob.glob(value)}
+            else:
+                found = real == source or (os.path.isdir(source) and real.startswith(source.rstrip(os.sep) + os.sep))
+            if found:
+                where = "over" if real == source or os.path.lexists(path) else "into"
+                hit = (f"{where} the training data ({key}: {value})", value)
+        if hit is not None:
+            what = hit[0] if hit[0].startswith(("over ", "into ")) else f"over {hit[0]}"
+            raise UsageError(f"tfgpu {command}: {option} {given} would write {what}; tfgpu never writes into the "
+                             "data a run reads or over a file a command was given.",
+                             "give another file name, outside the data's files and folders.")
 
 
 class OutputStop(StopSignals):

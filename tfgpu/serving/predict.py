@@ -32,7 +32,7 @@ import numpy as np
 from ..errors import DataError, OutputError, UsageError
 from ..utils.files import (disk_full, disk_full_error, missing_folders, remove_empty_folders, remove_quietly,
                            write_json)
-from .inference import OutputStop, RunModel, open_run, refuse_run_files
+from .inference import OutputStop, RunModel, open_run, refuse_data_files, refuse_run_files
 
 #: The output formats, by the output file's extension (no extension: CSV).
 FORMATS = {".csv": "csv", ".jsonl": "jsonl", ".npy": "npy", "": "csv"}
@@ -383,6 +383,7 @@ class Output:
         self.written = 0
         self.correct = 0
         self.labelled = 0
+        self.not_finite = 0  # rows whose model output holds NaN or infinity (never counted correct)
         self.abs_error = 0.0
         self.sq_error = 0.0
         self._file: Optional[TextIO] = None
@@ -444,6 +445,8 @@ class Output:
     def _write(self, ids: Sequence[str], out: np.ndarray, labels: Optional[np.ndarray]) -> None:
         n = len(ids)
         classify = self.names is not None
+        finite = np.isfinite(out).all(axis=1)  # a NaN output's argmax is class 0: it must not count as correct
+        self.not_finite += int((~finite).sum())
         if classify:
             probs = self._classes(out)
             if out.shape[1] == 1:  # Keras's binary accuracy: class 1 where p > 0.5
@@ -455,7 +458,7 @@ class Output:
             if labels is not None:
                 known = labels >= 0
                 self.labelled += int(known.sum())
-                self.correct += int((predicted[known] == labels[known]).sum())
+                self.correct += int((predicted[known & finite] == labels[known & finite]).sum())
         elif labels is not None:
             known = ~np.isnan(labels).any(axis=1)
             diff = out[known].astype(np.float64) - labels[known]
@@ -476,7 +479,7 @@ class Output:
                                        "top_k": [(names[int(j)], float(probs[r, j])) for j in top[r]]}
                 if labels is not None and labels[r] >= 0:
                     row["label"], row["correct"] = names[int(labels[r])] if labels[r] < len(names) else \
-                        str(int(labels[r])), bool(c == labels[r])
+                        str(int(labels[r])), bool(c == labels[r] and finite[r])
             else:
                 values = [float(v) for v in out[r]]
                 row = {"id": ids[r], "value": values[0] if len(values) == 1 else values}
@@ -545,12 +548,16 @@ class Output:
         self._made = []
 
     def metrics(self) -> dict[str, Any]:
-        """Accuracy (classifiers) or mean absolute / squared error (regression) over the labelled rows."""
+        """Accuracy (classifiers) or mean absolute / squared error (regression) over the labelled rows, and
+        ``not_finite``: the rows whose output held NaN or infinity, when there were any (a classifier counts them
+        wrong; they make a regression's errors NaN)."""
+        bad = {"not_finite": self.not_finite} if self.not_finite else {}
         if not self.labelled:
-            return {}
+            return bad
         if self.names is not None:
-            return {"labelled": self.labelled, "correct": self.correct, "accuracy": self.correct / self.labelled}
-        return {"labelled": self.labelled, "mae": self.abs_error / self.labelled, "mse": self.sq_error / self.labelled}
+            return {"labelled": self.labelled, "correct": self.correct, "accuracy": self.correct / self.labelled, **bad}
+        return {"labelled": self.labelled, "mae": self.abs_error / self.labelled, "mse": self.sq_error / self.labelled,
+                **bad}
 
 
 def check_output(output: Optional[str], inputs: Sequence[str] = ()) -> Optional[Path]:
@@ -571,7 +578,7 @@ def check_output(output: Optional[str], inputs: Sequence[str] = ()) -> Optional[
         raise UsageError(f"tfgpu predict: --output {output}: '{path.suffix}' is not an output format; the format "
                          "follows the extension: .csv, .jsonl or .npy (no extension: CSV).",
                          f"name the file e.g. {path.with_suffix('.csv')}.")
-    sidecars = (record_path(path), path.with_name(path.name + ".ids.txt"))
+    sidecars = output_files(path)[1:]
     written = {os.path.realpath(p) for p in (path, *sidecars)}
     clash = next((given for given in inputs if os.path.realpath(given) in written), None)
     if clash is not None:
@@ -593,6 +600,11 @@ def check_output(output: Optional[str], inputs: Sequence[str] = ()) -> Optional[
         raise OutputError(f"tfgpu predict: cannot write --output {output}: {why}.",
                           "choose a file in a folder you can write to.")
     return path
+
+
+def output_files(path: Path) -> tuple[Path, Path, Path]:
+    """What ``--output PATH`` writes: the rows, their record ``PATH.json`` and (``.npy``) the ids ``PATH.ids.txt``."""
+    return path, record_path(path), path.with_name(path.name + ".ids.txt")
 
 
 def _earlier_prediction(path: Path) -> bool:
@@ -736,6 +748,8 @@ def predict(run_dir: str, inputs: Sequence[str], output: Optional[str] = None, t
     """
     path = check_output(output, inputs)
     run = open_run(run_dir, "predict", overrides)
+    if path is not None:
+        refuse_data_files("predict", "--output", str(output), output_files(path), run.cfg)
     if top_k < 1:
         raise UsageError(f"tfgpu predict: --top-k {top_k}: expected 1 or more.", "e.g. --top-k 3.")
     found = read_inputs(run, inputs, skip_bad)
@@ -813,6 +827,8 @@ def _predict(run: RunModel, found: Inputs, inputs: Sequence[str], path: Optional
     log(f"tfgpu predict: {writer.written:,} samples in {seconds:.2f} s ({record['samples_per_second']:,.0f} "
         f"samples/s) on {replicas} replica(s){metric}"
         + (f"; {len(found.skipped)} file(s) skipped" if found.skipped else "")
+        + (f"; {record['not_finite']:,} output(s) NaN or infinite (the model overflowed on them; never counted "
+           "correct)" if record.get("not_finite") else "")
         + (f"; wrote {path} and {record_path(path)}" if path else ""))
     return record
 
