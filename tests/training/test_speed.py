@@ -125,14 +125,16 @@ def test_benchmark_harness_writes_the_table_json_and_ratios_and_survives_a_crash
     spec.loader.exec_module(bench)
     real = bench.command
 
-    def keras_fit_crashes_once(variant, *args):
-        # The plain-Keras baseline dies of a real SIGSEGV the first time it starts, as it did once in CI.
+    def plain_tape_crashes_once(variant, *args):
+        # A baseline dies of a real SIGSEGV the first time it starts, as the plain-Keras one did once in CI: the
+        # tape script, whose tf.data pipeline does not meet that crash, so the plain-Keras baseline keeps its own
+        # retry for the SIGSEGV it can die of (docs/limitations.md; its retry crashed too once, under load).
         cmd = real(variant, *args)
-        if variant != "keras_fit":
+        if variant != "plain_tape":
             return cmd
         return [sys.executable, str(ROOT / "tests" / "scripts" / "crash_once.py"), str(tmp_path / "crashed"), *cmd]
 
-    monkeypatch.setattr(bench, "command", keras_fit_crashes_once)
+    monkeypatch.setattr(bench, "command", plain_tape_crashes_once)
     env = child_env()
     for name in ("BASE_INSTALL_HIDES", "PYTHONPATH"):  # the harness's processes see the base install too
         monkeypatch.setenv(name, env[name])
@@ -148,12 +150,15 @@ def test_benchmark_harness_writes_the_table_json_and_ratios_and_survives_a_crash
     assert set(group["variants"]) == {"keras_fit", "tfgpu_fit", "plain_tape", "tfgpu_custom", "floor"}
     for name, stats in group["variants"].items():
         assert stats["failed"] == 0 and stats["wall_seconds"]["median"] > 0
-        assert stats["crashed"] == (1 if name == "keras_fit" else 0)
+        if name == "plain_tape":
+            assert stats["crashed"] == 1
+        else:  # plain Keras's own SIGSEGV, once at most (else the run failed)
+            assert stats["crashed"] <= (1 if name == "keras_fit" else 0), (name, stats)
         assert stats["samples_per_second"]["median"] > 0
         assert 0 < stats["first_step_seconds"]["median"] < stats["wall_seconds"]["median"]
         if name != "floor":
             assert stats["val_accuracy"]["median"] > 0.3
-    crash = next(r for r in report["runs"] if r["variant"] == "keras_fit")["crashed"]
+    crash = next(r for r in report["runs"] if r["variant"] == "plain_tape")["crashed"]
     assert [(c["exit"], c["signal"]) for c in crash] == [(-11, "SIGSEGV")]
     assert group["ratios"]["tfgpu_fit / keras_fit wall"] > 0
     assert len(group["parameters"]) == 1 and group["parameters"][0] > 0  # the same model everywhere
@@ -162,7 +167,7 @@ def test_benchmark_harness_writes_the_table_json_and_ratios_and_survives_a_crash
                                       'python -c "import tensorflow"'}
     text = (out / "results.md").read_text()
     assert "| tfgpu_fit |" in text and "| target | measured | met |" in text and report["machine"]["cores"]
-    assert "### Start-up" in text and "Crashed and run again" in text and "keras_fit 1x" in text
+    assert "### Start-up" in text and "Crashed and run again" in text and "plain_tape 1x" in text
 
 
 @pytest.mark.slow
