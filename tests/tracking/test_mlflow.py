@@ -383,6 +383,25 @@ def hits(token: str, *texts: str, folders: tuple[Path, ...] = ()) -> list[str]:
     return found
 
 
+@pytest.mark.parametrize("item", [
+    "output.mlflow.tracking_uri=http://alice:pa/ss@127.0.0.1:5000",
+    "output.mlflow={tracking_uri: 'http://alice:pa/ss@127.0.0.1:5000', experiment: e}",
+    "output={mlflow: {tracking_uri: 'http://alice:pa/ss@127.0.0.1:5000'}}",
+])
+def test_a_sweeps_set_items_lose_the_tracking_uris_credentials_before_sweep_json(item):
+    """What a sweep saves of its --set items (sweep.json, the trials' command lines) holds no userinfo, whichever
+    shape of --set names the tracking URI; the URI itself, and the other settings, stay (issue 34, item 16)."""
+    from tfgpu.config.source import parse_override
+    from tfgpu.experiments.sweep import without_credentials
+
+    clean = without_credentials(item)
+    assert "alice" not in clean and "pa/ss" not in clean, clean
+    assert "127.0.0.1:5000" in clean and parse_override(clean)[0] == parse_override(item)[0]
+    if "experiment" in item:
+        assert parse_override(clean)[1]["experiment"] == "e"
+    assert without_credentials("train.epochs=3") == "train.epochs=3"
+
+
 @pytest.mark.parametrize("url, shown", [
     ("http://alice:s3cret@127.0.0.1:5000", "http://***@127.0.0.1:5000"),
     ("postgresql://alice:pa/ss@127.0.0.1:1/db", "postgresql://***@127.0.0.1:1/db"),  # '/': urlsplit ends at it
