@@ -183,3 +183,23 @@ def test_tfgpu_plan_and_the_jax_plan_share_their_parts_from_below():
     graph = import_graph()
     assert "tfgpu.devices.plan" not in graph["tfgpu.devices.jax_plan"]
     assert "tfgpu.devices.plan_base" in graph["tfgpu.devices.plan"]
+
+
+def test_import_tfgpu_and_its_help_load_neither_pydantic_nor_tensorflow_and_the_api_comes_on_first_use():
+    """``import tfgpu`` (and ``tfgpu --help``) cost 0.05-0.08 s, not the config's 0.2 s of pydantic models (PEP 562)."""
+    from .conftest import run_python
+    result = run_python("""
+        import sys, tfgpu, tfgpu.cli
+        print("LOADED", sorted(m for m in ("pydantic", "tensorflow", "keras", "numpy") if m in sys.modules))
+        print("DIR", all(name in dir(tfgpu) for name in tfgpu.__all__))
+        from tfgpu import *
+        print("API", setup.__module__, Config.__module__, "pydantic" in sys.modules)
+        try:
+            tfgpu.no_such_name
+        except AttributeError as exc:
+            print("MISSING", exc)
+    """)
+    assert "LOADED []" in result.stdout, result.stdout + result.stderr[-2000:]
+    assert "DIR True" in result.stdout
+    assert "API tfgpu.devices.setup tfgpu.config.schema True" in result.stdout
+    assert "MISSING module 'tfgpu' has no attribute 'no_such_name'" in result.stdout
