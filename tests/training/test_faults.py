@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any, Callable
 
 import pytest
 
@@ -371,6 +372,17 @@ def test_ctrl_c_while_training_waits_for_the_call_boundary_and_a_second_one_inte
         os.kill(os.getpid(), signal.SIGINT)
         time.sleep(0.05)  # the handler runs at the next bytecode: here
 
+    before = signal.getsignal(signal.SIGINT)
+    # Ctrl-C as in a terminal, whatever this process inherited: a suite started in the background of a
+    # non-interactive shell (`nohup .ci/run &`) has SIGINT ignored, and StopSignals rightly keeps it ignored
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        _ctrl_c_cases(StopSignals, sigint)
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
+def _ctrl_c_cases(StopSignals: Any, sigint: Callable[[], None]) -> None:
     before = signal.getsignal(signal.SIGINT)
     stop = StopSignals(None)
     with stop.installed():
