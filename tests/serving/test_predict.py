@@ -255,6 +255,25 @@ def test_folders_are_walked_in_path_order_without_entering_hidden_ones(tmp_path)
     assert walked == [(".", []), ("a", []), ("a-c", ["4.png"]), ("a/x", ["3.png"]), ("b", ["1.png", "2.png"])]
 
 
+def test_the_walk_follows_linked_folders_at_every_depth_and_enters_each_real_folder_once(tmp_path):
+    """A class folder holding a link to a folder elsewhere (two levels down), a link back up the tree and a
+    second link to the same folder: the linked images are found (os.walk drops links to folders unless told),
+    each real folder once, and the walk ends."""
+    from tfgpu.data.image_folder import walk_sorted
+
+    elsewhere = tmp_path / "elsewhere" / "deep"
+    elsewhere.mkdir(parents=True)
+    (elsewhere / "9.png").write_bytes(b"")
+    cls = tmp_path / "data" / "3"
+    (cls / "sub").mkdir(parents=True)
+    (cls / "1.png").write_bytes(b"")
+    (cls / "sub" / "linked").symlink_to(elsewhere, target_is_directory=True)
+    (cls / "sub" / "again").symlink_to(elsewhere, target_is_directory=True)
+    (cls / "sub" / "up").symlink_to(cls, target_is_directory=True)
+    walked = [(str(Path(d).relative_to(cls)), files) for d, files in walk_sorted(cls)]
+    assert walked == [(".", ["1.png"]), ("sub", []), ("sub/again", ["9.png"])], walked
+
+
 class _Classes:
     class_names = ["0", "1"]
 

@@ -224,7 +224,7 @@ def walk_sorted(root: Path | str) -> list[tuple[str, list[str]]]:
     seen = {os.path.realpath(root)}
     for dirpath, dirnames, files in os.walk(root, followlinks=True):
         kept = []
-        for d in dirnames:
+        for d in sorted(dirnames):  # of two links to one folder, the first by name is kept, whatever the disk's order
             real = os.path.realpath(os.path.join(dirpath, d))
             if not d.startswith(".") and real not in seen:
                 seen.add(real)
