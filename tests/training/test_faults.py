@@ -13,7 +13,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
 
 import pytest
 
@@ -366,43 +365,44 @@ def test_ctrl_c_while_training_waits_for_the_call_boundary_and_a_second_one_inte
     the checkpoint callback stops at the next call boundary and the run ends interrupted; a second Ctrl-C, or
     one outside training, raises KeyboardInterrupt at once; a SIGTERM after a Ctrl-C makes it a preemption; a
     process started with SIGINT ignored keeps ignoring it."""
-    from tfgpu.training.checkpoint import StopSignals
-
-    def sigint() -> None:
-        os.kill(os.getpid(), signal.SIGINT)
-        time.sleep(0.05)  # the handler runs at the next bytecode: here
-
-    before = signal.getsignal(signal.SIGINT)
+    inherited = signal.getsignal(signal.SIGINT)
     # Ctrl-C as in a terminal, whatever this process inherited: a suite started in the background of a
     # non-interactive shell (`nohup .ci/run &`) has SIGINT ignored, and StopSignals rightly keeps it ignored
     signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        _ctrl_c_cases(StopSignals, sigint)
+        _ctrl_c_cases()
     finally:
-        signal.signal(signal.SIGINT, before)
+        signal.signal(signal.SIGINT, inherited)
 
 
-def _ctrl_c_cases(StopSignals: Any, sigint: Callable[[], None]) -> None:
+def _sigint() -> None:
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(0.05)  # the handler runs at the next bytecode: here
+
+
+def _ctrl_c_cases() -> None:
+    from tfgpu.training.checkpoint import StopSignals
+
     before = signal.getsignal(signal.SIGINT)
     stop = StopSignals(None)
     with stop.installed():
         with stop.deferred():
-            sigint()
+            _sigint()
             assert stop.received == "SIGINT" and stop.interrupted and not stop.outside
             with pytest.raises(KeyboardInterrupt):
-                sigint()
+                _sigint()
     assert signal.getsignal(signal.SIGINT) is before
     stop = StopSignals(None)
     with stop.installed(), pytest.raises(KeyboardInterrupt):
-        sigint()
+        _sigint()
     stop = StopSignals(None)
     with stop.installed():
         with pytest.raises(KeyboardInterrupt), stop.held():  # TensorFlow's start: the Ctrl-C waits for its end
-            sigint()
+            _sigint()
             assert stop.interrupted
     stop = StopSignals(None)
     with stop.installed(), stop.deferred():
-        sigint()
+        _sigint()
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(0.05)
         assert stop.received == "SIGTERM" and not stop.interrupted
@@ -410,7 +410,7 @@ def _ctrl_c_cases(StopSignals: Any, sigint: Callable[[], None]) -> None:
     try:
         stop = StopSignals(None)
         with stop.installed():
-            sigint()
+            _sigint()
             assert stop.received is None
     finally:
         signal.signal(signal.SIGINT, before)
