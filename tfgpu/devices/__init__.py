@@ -6,7 +6,7 @@ and :mod:`.jax_plan` turn config + probe into a :class:`~tfgpu.devices.plan_base
 types and shared steps in :mod:`.plan_base`); :mod:`.apply` and :mod:`.jax_apply` carry it out (the only
 writers of ``os.environ`` and ``tf.config``), :mod:`.strategy` builds the ``tf.distribute`` strategy and
 :mod:`.keras_fixes` patches what multi-worker ``fit`` needs; :mod:`.startup_log` holds TensorFlow's
-start-up lines back; :mod:`.setup` is ``tfgpu.setup()``. :mod:`.seen_by_tf` and :mod:`.seen_by_jax` are
+start-up lines back and :mod:`.lean_import` the optional packages it only probes for; :mod:`.setup` is ``tfgpu.setup()``. :mod:`.seen_by_tf` and :mod:`.seen_by_jax` are
 child processes that report what the framework sees. :mod:`.doctor` (``tfgpu doctor``) and
 :mod:`.bench` (``tfgpu bench``) diagnose and time the same machine.
 """
