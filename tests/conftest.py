@@ -25,16 +25,20 @@ T = TypeVar("T")
 
 #: The most pytest-xdist workers ``-n auto`` starts: each runs TensorFlow processes of a GB or two.
 MAX_WORKERS = 4
-#: Seconds each of the slowest test files took in a full run on 2 cores (its tests' durations summed per file), so
-#: the workers take them first and the light ones fill in at the end; files not listed come after, in order.
+#: Seconds each of the slowest test files took in a full run on 2 cores (its tests' durations summed per file:
+#: issue 33's profiled run, 37 minutes, both images built in it). The workers take them in this order, so the light
+#: ones fill in at the end; files not listed come after, in order. The container tests come first, longest as they
+#: are: most of their time is the image builds' wait for the package index, and started first that wait overlaps
+#: the other workers' training instead of becoming the suite's tail.
 HEAVY_FILES = {
-    "data/test_data_e2e.py": 500, "training/test_faults.py": 485, "model/test_transfer.py": 230,
-    "launch/test_multiworker.py": 230, "training/test_state.py": 220, "model/test_schedules.py": 200,
-    "test_jax.py": 160, "training/test_disk_full.py": 160, "training/test_speed.py": 150,
-    "containers/test_container.py": 140, "experiments/test_sweep.py": 135, "test_docs.py": 125,
-    "data/test_augment.py": 120, "serving/test_export.py": 100, "tracking/test_mlflow.py": 95,
-    "training/test_callbacks.py": 90, "cli/test_bad_input.py": 85, "model/test_backbone.py": 80,
-    "serving/test_predict.py": 75, "training/test_e2e.py": 70, "launch/test_supervisor.py": 65,
+    "containers/test_container.py": 590, "data/test_data_e2e.py": 735, "training/test_faults.py": 645,
+    "model/test_transfer.py": 360, "launch/test_multiworker.py": 325, "test_jax.py": 305,
+    "training/test_state.py": 290, "experiments/test_sweep.py": 265, "training/test_speed.py": 255,
+    "model/test_schedules.py": 250, "tracking/test_mlflow.py": 205, "training/test_callbacks.py": 190,
+    "training/test_disk_full.py": 190, "serving/test_predict.py": 185, "test_docs.py": 165,
+    "model/test_backbone.py": 155, "serving/test_export.py": 125, "data/test_pipeline_teardown.py": 115,
+    "cli/test_bad_input.py": 115, "training/test_e2e.py": 90, "launch/test_supervisor.py": 80,
+    "data/test_class_weight.py": 75, "devices/test_apply.py": 70, "data/test_augment.py": 70,
 }
 
 
@@ -62,15 +66,16 @@ def pytest_xdist_auto_num_workers(config: Any) -> int:
 
 
 def pytest_collection_modifyitems(config: Any, items: list) -> None:
-    """The heaviest files first (:data:`HEAVY_FILES`), the rest in their order: xdist hands out whole files in
-    this order, so no worker is left with a long file at the end while the other waits."""
+    """The heaviest files first, in :data:`HEAVY_FILES`' order, the rest in theirs: xdist hands out whole files in
+    this order, so no worker is left with a long file at the end while the others wait."""
     tests = Path(__file__).resolve().parent
+    rank = {name: i for i, name in enumerate(HEAVY_FILES)}
 
     def weight(item: Any) -> int:
         try:
-            return -HEAVY_FILES.get(Path(str(item.fspath)).resolve().relative_to(tests).as_posix(), 0)
+            return rank.get(Path(str(item.fspath)).resolve().relative_to(tests).as_posix(), len(rank))
         except ValueError:
-            return 0
+            return len(rank)
 
     items.sort(key=weight)  # stable: within a file, and among unlisted files, the collected order stays
 
