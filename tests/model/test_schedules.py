@@ -159,9 +159,12 @@ TWO_REPLICAS = ["--set", "devices.cpu_logical_devices=2", "--set", "train.batch_
 @pytest.mark.parametrize("loop", ["fit", "custom"])
 def test_warmup_and_cosine_rise_then_fall_and_train_no_worse_than_a_constant_rate(tmp_path, loop):
     """Warmup then cosine: the rate rises then falls per epoch, and accuracy is no worse than at a constant rate.
-    Trains its own runs: the setting under test (train.lr_schedule, against a constant rate) changes the training."""
+    Trains its own runs: the setting under test (train.lr_schedule, against a constant rate) changes the training.
+    The custom loop trains the schedule only: that its rates are the schedule's, epoch by epoch, is what the loop
+    owes; the accuracy the schedule buys is the schedule's, measured once with fit against the constant rate."""
     runs = {}
-    for name, schedule in (("cosine", "{name: cosine, warmup_epochs: 1.5}"), ("constant", "null")):
+    schedules = (("cosine", "{name: cosine, warmup_epochs: 1.5}"), ("constant", "null"))
+    for name, schedule in schedules if loop == "fit" else schedules[:1]:
         out = tmp_path / name
         result = run_cli("run", SEED, *TWO_REPLICAS, "--set", f"train.loop={loop}", "--set",
                          f"train.lr_schedule={schedule}", "--output-dir", str(out))
@@ -177,6 +180,8 @@ def test_warmup_and_cosine_rise_then_fall_and_train_no_worse_than_a_constant_rat
     plain = resolve(normalize({"name": "cosine", "warmup_epochs": 1.5}), 0.005, 2.0, 4, spe)
     assert rates == pytest.approx([plain.rate((e + 1) * spe) for e in range(4)], rel=1e-4, abs=1e-9)
     assert "learning-rate schedule: cosine (CosineDecay): warmup 1.5 epochs" in result.stdout
+    if loop != "fit":
+        return
     constant = [r["learning_rate"] for r in _rows(runs["constant"][1])]
     assert constant == pytest.approx([0.01] * 4)
     accuracy = {k: summary_of(d)["final_metrics"]["val_accuracy"] for k, (_, d) in runs.items()}
