@@ -644,7 +644,9 @@ class _Progress:
             sys.stderr.flush()
 
 
-def _keras_progress(progress: _Progress, batch_size: int, chunk: int) -> Any:
+def _keras_progress(progress: _Progress, batch_size: int, chunk: int, stop: Optional[OutputStop] = None) -> Any:
+    """A Keras callback counting ``model.predict``'s samples into ``progress``, and stopping it (Keras's
+    ``Model.stop_predicting``) after the batch it is on once ``stop`` has received a signal."""
     import keras  # noqa: PLC0415
 
     class Callback(keras.callbacks.Callback):
@@ -660,6 +662,8 @@ def _keras_progress(progress: _Progress, batch_size: int, chunk: int) -> Any:
             n = min(batch_size, chunk - self.seen)
             self.seen += n
             progress.add(n)
+            if stop is not None and stop.received is not None:
+                self.model.stop_predicting = True
 
     return Callback()
 
@@ -769,16 +773,18 @@ def _predict(run: RunModel, found: Inputs, inputs: Sequence[str], path: Optional
     from .inference import load_serving_model  # noqa: PLC0415
 
     stop.doing = "starting TensorFlow and loading the model"
+    # Signals wait for safe points from here on: an exception raised into TensorFlow's C++ code (an import it makes
+    # mid-predict among them) ended predict with 1 and a SystemError traceback instead of 75 (seen in CI)
     with stop.held():
         info = setup(run.cfg)
-    replicas = int(info.num_replicas or 1)
-    batch = batch_size if batch_size is not None else run.cfg.train.batch_size_per_replica * replicas
-    if batch < 1 or (run.backend == "jax" and batch % replicas):
-        raise UsageError(f"tfgpu predict: --batch-size {batch}: expected a positive multiple of the {replicas} "
-                         "replica(s) (each replica takes an equal share of a batch).",
-                         f"e.g. --batch-size {max(replicas, 256 // replicas * replicas)}.")
-    with info.scope():
-        model = load_serving_model(run, "predict")
+        replicas = int(info.num_replicas or 1)
+        batch = batch_size if batch_size is not None else run.cfg.train.batch_size_per_replica * replicas
+        if batch < 1 or (run.backend == "jax" and batch % replicas):
+            raise UsageError(f"tfgpu predict: --batch-size {batch}: expected a positive multiple of the "
+                             f"{replicas} replica(s) (each replica takes an equal share of a batch).",
+                             f"e.g. --batch-size {max(replicas, 256 // replicas * replicas)}.")
+        with info.scope():
+            model = load_serving_model(run, "predict")
     units = int(model.output_shape[-1])
     writer = Output(path, run, top_k, labelled=any(g.labels is not None for g in found.groups))
     progress = _Progress(found.count)
@@ -787,24 +793,8 @@ def _predict(run: RunModel, found: Inputs, inputs: Sequence[str], path: Optional
     stop.doing = f"predicting {found.count:,} samples"
     try:
         writer.open(found.count, units)
-        for group in found.groups:
-            began = time.perf_counter()
-            for lo in range(0, len(group), CHUNK_SAMPLES):
-                hi = min(lo + CHUNK_SAMPLES, len(group))
-                out, kept = _predict_chunk(model, run, group, lo, hi, batch, replicas, progress, skip_bad)
-                labels = group.labels[lo:hi] if group.labels is not None else None
-                if kept is None:
-                    writer.write(group.ids[lo:hi], out, labels)
-                else:  # --skip-bad: images TensorFlow could not decode (Pillow read them) left out
-                    for i in sorted(set(range(hi - lo)) - set(kept)):
-                        path_i = group.ids[lo + i]
-                        found.skipped.append({"path": path_i, "reason": "TensorFlow cannot decode it (Pillow read "
-                                                                        "its header)"})
-                        log(f"tfgpu predict: skipped {path_i}: TensorFlow cannot decode it")
-                    writer.write([group.ids[lo + i] for i in kept], out,
-                                 labels[kept] if labels is not None else None)
-            timings.append({"input": group.source, "count": len(group),
-                            "seconds": round(time.perf_counter() - began, 4)})
+        with stop.held():  # a signal stops model.predict after its batch, then the loop, then this block raises
+            _predict_groups(model, run, found, writer, batch, replicas, progress, skip_bad, stop, log, timings)
         seconds = time.perf_counter() - start
         writer.commit()
     except BaseException:
@@ -833,16 +823,47 @@ def _predict(run: RunModel, found: Inputs, inputs: Sequence[str], path: Optional
     return record
 
 
+def _predict_groups(model: Any, run: RunModel, found: Inputs, writer: "Output", batch: int, replicas: int,
+                    progress: _Progress, skip_bad: bool, stop: OutputStop, log: Callable[[str], None],
+                    timings: list[dict[str, Any]]) -> None:
+    """Predict every group of ``found`` chunk by chunk into ``writer`` (each group's seconds into ``timings``);
+    returns early, at a chunk's end, once ``stop`` has received a signal (model.predict stops after its batch)."""
+    for group in found.groups:
+        began = time.perf_counter()
+        for lo in range(0, len(group), CHUNK_SAMPLES):
+            if stop.received is not None:
+                return
+            hi = min(lo + CHUNK_SAMPLES, len(group))
+            out, kept = _predict_chunk(model, run, group, lo, hi, batch, replicas, progress, skip_bad, stop)
+            if stop.received is not None:  # model.predict stopped short of the chunk's end: nothing to write
+                return
+            labels = group.labels[lo:hi] if group.labels is not None else None
+            if kept is None:
+                writer.write(group.ids[lo:hi], out, labels)
+            else:  # --skip-bad: images TensorFlow could not decode (Pillow read them) left out
+                for i in sorted(set(range(hi - lo)) - set(kept)):
+                    path_i = group.ids[lo + i]
+                    found.skipped.append({"path": path_i, "reason": "TensorFlow cannot decode it (Pillow read "
+                                                                    "its header)"})
+                    log(f"tfgpu predict: skipped {path_i}: TensorFlow cannot decode it")
+                writer.write([group.ids[lo + i] for i in kept], out,
+                             labels[kept] if labels is not None else None)
+        timings.append({"input": group.source, "count": len(group),
+                        "seconds": round(time.perf_counter() - began, 4)})
+
+
 def _predict_chunk(model: Any, run: RunModel, group: Group, lo: int, hi: int, batch: int, replicas: int,
-                   progress: _Progress, skip_bad: bool = False) -> tuple[np.ndarray, Optional[list[int]]]:
+                   progress: _Progress, skip_bad: bool = False,
+                   stop: Optional[OutputStop] = None) -> tuple[np.ndarray, Optional[list[int]]]:
     """``model.predict`` on samples ``lo:hi`` of ``group``: float32 ``(n, units)``, and ``None``, or with
     ``skip_bad`` where TensorFlow could not decode some images, the indices (within the chunk) of the ``n``
-    images it could, whose outputs these are.
+    images it could, whose outputs these are. Once ``stop`` has received a signal, model.predict stops after the
+    batch it is on (fewer outputs than asked).
 
     Raises:
         DataError: an image TensorFlow cannot decode (without ``skip_bad``; with it, when none of the chunk's can).
     """
-    callback = _keras_progress(progress, batch, hi - lo)
+    callback = _keras_progress(progress, batch, hi - lo, stop)
     if group.paths is not None:
         import tensorflow as tf  # noqa: PLC0415
 
@@ -859,7 +880,7 @@ def _predict_chunk(model: Any, run: RunModel, group: Group, lo: int, hi: int, ba
             raise DataError(f"tfgpu predict: TensorFlow cannot decode any of {len(paths)} images from "
                             f"{paths[0]}.", "check the files (Pillow read their headers).")
         out = _predict_images(model, run, group, [paths[i] for i in kept], batch, replicas,
-                              _keras_progress(progress, batch, len(kept)))
+                              _keras_progress(progress, batch, len(kept), stop))
         return out, kept
     x = np.asarray(group.x[lo:hi], dtype=run.stored_dtype)  # one chunk read (and converted) at a time
     pad = (-len(x)) % replicas if run.backend == "jax" else 0  # JAX splits every batch evenly over the devices
