@@ -118,6 +118,21 @@ def test_fit_keeps_its_training_iterator_past_the_run_so_it_ends_without_a_pause
     assert "CUSTOM ['DistributedIterator', 'DistributedIterator'] RELEASED True" in result.stdout, result.stdout
 
 
+#: Training and test digits in :func:`_mnist_subset`.
+SUBSET_TRAIN, SUBSET_TEST = 8192, 2000
+
+
+def _mnist_subset(folder: Path, env: dict[str, str]) -> Path:
+    """A data folder (for TFGPU_DATA_DIR) whose mnist/mnist.npz holds the first SUBSET_TRAIN training and
+    SUBSET_TEST test digits of the real one: for the benchmark scripts' tests, which check a script, not a speed."""
+    (folder / "mnist").mkdir(parents=True)
+    with np.load(Path(env["TFGPU_DATA_DIR"]) / "mnist" / "mnist.npz") as full:
+        np.savez(folder / "mnist" / "mnist.npz", x_train=full["x_train"][:SUBSET_TRAIN],
+                 y_train=full["y_train"][:SUBSET_TRAIN], x_test=full["x_test"][:SUBSET_TEST],
+                 y_test=full["y_test"][:SUBSET_TEST])
+    return folder
+
+
 @pytest.mark.slow
 def test_benchmark_harness_writes_the_table_json_and_ratios_and_survives_a_crashed_baseline(tmp_path, monkeypatch):
     """benchmarks/run.py writes its table, JSON and ratios, and runs a crashed baseline again.
@@ -143,12 +158,8 @@ def test_benchmark_harness_writes_the_table_json_and_ratios_and_survives_a_crash
     env = child_env()
     for name in ("BASE_INSTALL_HIDES", "PYTHONPATH"):  # the harness's processes see the base install too
         monkeypatch.setenv(name, env[name])
-    (tmp_path / "data" / "mnist").mkdir(parents=True)
-    with np.load(Path(env["TFGPU_DATA_DIR"]) / "mnist" / "mnist.npz") as full:
-        np.savez(tmp_path / "data" / "mnist" / "mnist.npz", x_train=full["x_train"][:8192],
-                 y_train=full["y_train"][:8192], x_test=full["x_test"][:2000], y_test=full["y_test"][:2000])
     # TFGPU_DATA_DIR relative to the caller's directory, as the README writes it (../shared/data).
-    monkeypatch.setenv("TFGPU_DATA_DIR", os.path.relpath(tmp_path / "data", ROOT))
+    monkeypatch.setenv("TFGPU_DATA_DIR", os.path.relpath(_mnist_subset(tmp_path / "data", env), ROOT))
     monkeypatch.chdir(ROOT)
     out = tmp_path / "bench"
     code = bench.main(["--repeats", "1", "--epochs", "2", "--batches", "1024", "--replicas", "1",
@@ -180,17 +191,18 @@ def test_benchmark_harness_writes_the_table_json_and_ratios_and_survives_a_crash
 
 
 @pytest.mark.slow
-def test_sources_benchmark_writes_its_table_with_every_variant(tmp_path, mnist_png, mnist_tfrecord):
-    """benchmarks/sources.py writes its table with every data-source variant.
-    Trains its own runs: the benchmark times training on each data source, which no shared run can stand in for."""
+def test_sources_benchmark_writes_its_table_with_every_variant(tmp_path):
+    """benchmarks/sources.py writes its PNG folder and TFRecord shards, then its table with every data-source
+    variant. Trains its own runs: the benchmark times training on each data source, which no shared run can stand
+    in for. What is under test is the script, so it reads the first 8,192 training and 2,000 test digits (its own
+    TFGPU_DATA_DIR), written by the script itself as a PNG folder and TFRecord shards."""
     out = tmp_path / "bench"
-    work = tmp_path / "work"  # the PNG folder and TFRecord shards the suite wrote once (the script reuses them)
-    work.mkdir()
-    (work / "mnist_png").symlink_to(mnist_png)
-    (work / "mnist_tfrecord").symlink_to(mnist_tfrecord)
+    work = tmp_path / "work"
+    env = child_env()
+    env["TFGPU_DATA_DIR"] = str(_mnist_subset(tmp_path / "data", env))
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "sources.py"), "--repeats", "1", "--epochs", "2",
                            "--replicas", "1", "--batch", "512", "--work", str(work), "--out", str(out)],
-                          cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=900)
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = json.loads((out / "sources.json").read_text())
     group = report["groups"]["512x1"]
@@ -200,7 +212,9 @@ def test_sources_benchmark_writes_its_table_with_every_variant(tmp_path, mnist_p
         assert stats["val_accuracy"]["median"] > 0.5
     assert len(group["parameters"]) == 1  # the same model everywhere
     tfgpu_rows = [r for r in report["runs"] if r["variant"].startswith("tfgpu")]
-    assert all(r["cache"].startswith("memory") and r["train_samples"] == 22699 for r in tfgpu_rows)
+    assert all(r["cache"].startswith("memory") and r["train_samples"] == SUBSET_TRAIN for r in tfgpu_rows)
+    assert len(list((work / "mnist_png" / "test").rglob("*.png"))) == SUBSET_TEST
+    assert len(list((work / "mnist_tfrecord").glob("train-*.tfrecord"))) == 8
     assert [t["target"] for t in group["targets"]] == ["tfgpu_png samples/s >= 0.85 x tfgpu_npz",
                                                        "tfgpu_tfrecord samples/s >= 0.85 x tfgpu_npz",
                                                        "tfgpu_png wall < keras_png wall"]
