@@ -375,6 +375,41 @@ def test_ctrl_c_while_training_waits_for_the_call_boundary_and_a_second_one_inte
         signal.signal(signal.SIGINT, inherited)
 
 
+def test_a_signal_inside_held_blocks_waits_for_a_safe_point_and_the_blocks_nest():
+    """StopSignals.held in this process, with a real SIGTERM: nothing is raised where it arrives (predict and
+    export run TensorFlow's C++ code there), only at ``check()`` or a block's end; an inner block's end keeps the
+    outer one holding; outside every block the handler raises at once, as before."""
+    from tfgpu.errors import Preempted
+    from tfgpu.training.checkpoint import StopSignals
+
+    stop = StopSignals(None)
+    held = []
+    with stop.installed():
+        with pytest.raises(Preempted, match="SIGTERM arrived while exporting onnx"), stop.held():
+            with stop.held():
+                pass
+            stop.doing = "exporting onnx"
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)
+            held.append(stop.received)  # still here: held
+            stop.check()
+            raise AssertionError("check() is a safe point")
+        assert held == ["SIGTERM"]
+        stop.received = None
+        with pytest.raises(Preempted, match="SIGTERM arrived while starting"):
+            with stop.held():
+                with stop.held():
+                    stop.doing = "starting"
+                    os.kill(os.getpid(), signal.SIGTERM)
+                    time.sleep(0.05)
+                raise AssertionError("the inner block's end is a safe point")
+        stop.received = None
+        stop.check()  # nothing arrived: nothing raised
+        with pytest.raises(Preempted):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)
+
+
 def _sigint() -> None:
     os.kill(os.getpid(), signal.SIGINT)
     time.sleep(0.05)  # the handler runs at the next bytecode: here

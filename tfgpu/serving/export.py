@@ -165,7 +165,11 @@ def _export_staged(run: RunModel, fmt: str, target: Path, record_path: Path, ver
     staging = _staging_dir(target, command)
     done = False
     try:
-        record = _export_into(run, fmt, staging, target, version, command, stop)
+        # a signal waits for a safe point (stop.check() between the steps): raised into TensorFlow's or a
+        # converter's C++ code, its exception can end the process with 1 and a SystemError traceback instead of
+        # 75 (seen in CI with predict)
+        with stop.held():
+            record = _export_into(run, fmt, staging, target, version, command, stop)
         if fmt == "savedmodel":
             write_json(staging / "artifact" / RECORD_NAME, record)
             _rename(staging / "artifact", target, command)
@@ -286,6 +290,7 @@ def _export_into(run: RunModel, fmt: str, staging: Path, target: Path, version: 
     from .inference import load_trained_model, serving_model  # noqa: PLC0415
 
     trained = load_trained_model(run, command)
+    stop.check()
     precision = _policy_of(trained)
     if precision != "float32":
         trained = _float32_copy(trained, keras)
@@ -296,6 +301,7 @@ def _export_into(run: RunModel, fmt: str, staging: Path, target: Path, version: 
     # calling the model also builds what keras.Model.export traces (its ONNX export refuses a model never called)
     expected = keras.ops.convert_to_numpy(model(x, training=False)[OUTPUT_NAME]).astype(np.float32)
     load_seconds = time.perf_counter() - started
+    stop.check()
 
     artifact = staging / ("artifact.tflite" if fmt == "litert" else "artifact")
     started = time.perf_counter()
@@ -311,6 +317,7 @@ def _export_into(run: RunModel, fmt: str, staging: Path, target: Path, version: 
                           "export another format (savedmodel converts every Keras layer), or run with --debug "
                           "for the converter's traceback; nothing was written.") from None
     export_seconds = time.perf_counter() - started
+    stop.check()
     if artifact.suffix:
         artifact.rename(staging / "artifact")
         artifact = staging / "artifact"
@@ -324,6 +331,7 @@ def _export_into(run: RunModel, fmt: str, staging: Path, target: Path, version: 
                           "export savedmodel (no conversion), or run with --debug for the traceback and report "
                           "it with the versions (tfgpu doctor).") from None
     verify_seconds = time.perf_counter() - started
+    stop.check()
     check = compare(expected, got, run)
     check.update({"samples": int(len(x)), "split": split[0], "origin": split[1], "runtime": runtime,
                   "tolerance": TOLERANCE,

@@ -350,8 +350,9 @@ class OutputStop(StopSignals):
     :class:`~tfgpu.errors.Preempted` (exit 75, "try again", as ``tfgpu run`` does), and its own cleanup removes
     what it had half written (predict's temporary file, export's staging folder), instead of the signal's default
     action killing the process with 143 and leaving them. Ctrl-C (SIGINT) is Python's KeyboardInterrupt, cleaned
-    up the same way (exit 130). Inside :meth:`held` (TensorFlow's import and start-up) a signal waits for the block
-    to end (:class:`tfgpu.training.checkpoint.StopSignals`).
+    up the same way (exit 130). Both commands do their work inside :meth:`held`: a signal waits for a safe point
+    (the end of predict's batch, of an export's step: :meth:`check`) instead of being raised into TensorFlow's
+    C++ code, which can end the process with 1 and a ``SystemError`` (:class:`tfgpu.training.checkpoint.StopSignals`).
 
     Args:
         command: the command, for the message (``predict``, ``export onnx``).

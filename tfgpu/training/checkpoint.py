@@ -443,13 +443,21 @@ class StopSignals:
         For TensorFlow's import and start-up: an exception raised into the
         middle of importing its C++ modules was seen to abort the process
         (SIGABRT) instead of ending it with 75. They take seconds, far under a
-        scheduler's grace period.
+        scheduler's grace period. Blocks nest (an inner one ends at a safe
+        point of the outer); :meth:`check` inside stops at a safe point of the
+        block's own.
         """
+        was = self._deferred
         self._deferred = True
         try:
             yield
         finally:
-            self._deferred = False
+            self._deferred = was
+        self.check()
+
+    def check(self) -> None:
+        """Stop here if a signal has arrived: ``KeyboardInterrupt`` for Ctrl-C, else
+        :class:`~tfgpu.errors.Preempted` (a safe point inside :meth:`held`; nothing otherwise)."""
         if self.interrupted:
             raise KeyboardInterrupt
         if self.received is not None:
@@ -459,11 +467,7 @@ class StopSignals:
     @contextlib.contextmanager
     def deferred(self) -> Iterator[None]:
         """Inside: a signal only sets :attr:`received` (the checkpoint callback stops at the next call boundary)."""
-        if self.interrupted:  # Ctrl-C just before: stop now
-            raise KeyboardInterrupt
-        if self.received is not None:  # arrived just before: stop now
-            self.outside = True
-            raise self.stopped()
+        self.check()  # a signal that arrived just before: stop now
         self._deferred = True
         try:
             yield
