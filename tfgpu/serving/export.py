@@ -272,7 +272,8 @@ def _rename(source: Path, target: Path, command: str) -> None:
 
 def _export_into(run: RunModel, fmt: str, staging: Path, target: Path, version: Optional[int],
                  command: str, stop: OutputStop) -> dict[str, Any]:
-    """Load, sample, export into ``staging/artifact``, verify; return the record."""
+    """Load, sample, export into ``staging/artifact``, verify; return the record. Runs inside ``stop.held()``
+    (the caller's): a signal stops it at the next ``stop.check()``, the end of a step."""
     started = time.perf_counter()
     from ..devices.setup import setup  # noqa: PLC0415
     from ..data import source_for  # noqa: PLC0415
@@ -281,9 +282,9 @@ def _export_into(run: RunModel, fmt: str, staging: Path, target: Path, version: 
     source = source_for(run.cfg.data, run.cfg.model.loss, run.cfg.tensorflow.seed)
     source.check()  # the data's files, before TensorFlow starts
     stop.doing = "starting TensorFlow"
-    with stop.held():
-        setup(_export_config(run))
-        import keras  # noqa: PLC0415
+    setup(_export_config(run))
+    import keras  # noqa: PLC0415
+    stop.check()
     stop.doing = f"exporting {fmt}"
 
     keras.mixed_precision.set_global_policy("float32")

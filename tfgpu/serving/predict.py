@@ -644,7 +644,7 @@ class _Progress:
             sys.stderr.flush()
 
 
-def _keras_progress(progress: _Progress, batch_size: int, chunk: int, stop: Optional[OutputStop] = None) -> Any:
+def _keras_progress(progress: _Progress, batch_size: int, chunk: int, stop: OutputStop) -> Any:
     """A Keras callback counting ``model.predict``'s samples into ``progress``, and stopping it (Keras's
     ``Model.stop_predicting``) after the batch it is on once ``stop`` has received a signal."""
     import keras  # noqa: PLC0415
@@ -662,7 +662,7 @@ def _keras_progress(progress: _Progress, batch_size: int, chunk: int, stop: Opti
             n = min(batch_size, chunk - self.seen)
             self.seen += n
             progress.add(n)
-            if stop is not None and stop.received is not None:
+            if stop.received is not None:
                 self.model.stop_predicting = True
 
     return Callback()
@@ -793,7 +793,7 @@ def _predict(run: RunModel, found: Inputs, inputs: Sequence[str], path: Optional
     stop.doing = f"predicting {found.count:,} samples"
     try:
         writer.open(found.count, units)
-        with stop.held():  # a signal stops model.predict after its batch, then the loop, then this block raises
+        with stop.held():  # a signal stops model.predict after its batch, then the chunk loop (stop.check())
             _predict_groups(model, run, found, writer, batch, replicas, progress, skip_bad, stop, log, timings)
         seconds = time.perf_counter() - start
         writer.commit()
@@ -826,17 +826,18 @@ def _predict(run: RunModel, found: Inputs, inputs: Sequence[str], path: Optional
 def _predict_groups(model: Any, run: RunModel, found: Inputs, writer: "Output", batch: int, replicas: int,
                     progress: _Progress, skip_bad: bool, stop: OutputStop, log: Callable[[str], None],
                     timings: list[dict[str, Any]]) -> None:
-    """Predict every group of ``found`` chunk by chunk into ``writer`` (each group's seconds into ``timings``);
-    returns early, at a chunk's end, once ``stop`` has received a signal (model.predict stops after its batch)."""
+    """Predict every group of ``found`` chunk by chunk into ``writer`` (each group's seconds into ``timings``).
+
+    Raises:
+        Preempted, KeyboardInterrupt: ``stop`` received a signal (model.predict stopped after its batch; the
+            chunk it was on is not written).
+    """
     for group in found.groups:
         began = time.perf_counter()
         for lo in range(0, len(group), CHUNK_SAMPLES):
-            if stop.received is not None:
-                return
             hi = min(lo + CHUNK_SAMPLES, len(group))
             out, kept = _predict_chunk(model, run, group, lo, hi, batch, replicas, progress, skip_bad, stop)
-            if stop.received is not None:  # model.predict stopped short of the chunk's end: nothing to write
-                return
+            stop.check()  # model.predict may have stopped short of the chunk's end: nothing of it is written
             labels = group.labels[lo:hi] if group.labels is not None else None
             if kept is None:
                 writer.write(group.ids[lo:hi], out, labels)
@@ -853,8 +854,7 @@ def _predict_groups(model: Any, run: RunModel, found: Inputs, writer: "Output", 
 
 
 def _predict_chunk(model: Any, run: RunModel, group: Group, lo: int, hi: int, batch: int, replicas: int,
-                   progress: _Progress, skip_bad: bool = False,
-                   stop: Optional[OutputStop] = None) -> tuple[np.ndarray, Optional[list[int]]]:
+                   progress: _Progress, skip_bad: bool, stop: OutputStop) -> tuple[np.ndarray, Optional[list[int]]]:
     """``model.predict`` on samples ``lo:hi`` of ``group``: float32 ``(n, units)``, and ``None``, or with
     ``skip_bad`` where TensorFlow could not decode some images, the indices (within the chunk) of the ``n``
     images it could, whose outputs these are. Once ``stop`` has received a signal, model.predict stops after the
