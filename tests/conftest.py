@@ -273,6 +273,30 @@ def mnist_tfds(tmp_path_factory) -> Path:
     return shared(tmp_path_factory, "mnist_tfds", _python_writes("write_tfds"))
 
 
+def write_mnist_subset(folder: Path, train: int, test: int) -> Path:
+    """A data folder (for TFGPU_DATA_DIR) whose ``mnist/mnist.npz`` holds the first ``train`` training and ``test``
+    test digits of the real one (:func:`data_dir`), in the same layout: for tests that check what a run does
+    (its resume, its signals, a script), not how far the full data takes it."""
+    import numpy as np  # noqa: PLC0415
+
+    (folder / "mnist").mkdir(parents=True, exist_ok=True)
+    with np.load(data_dir() / "mnist" / "mnist.npz") as full:
+        np.savez(folder / "mnist" / "mnist.npz", x_train=full["x_train"][:train], y_train=full["y_train"][:train],
+                 x_test=full["x_test"][:test], y_test=full["y_test"][:test])
+    return folder
+
+
+#: Training and test digits in :func:`small_mnist`: 15 steps an epoch at 512 per replica, 8 at 1,024.
+SMALL_MNIST = (7680, 2000)
+
+
+@pytest.fixture(scope="session")
+def small_mnist(tmp_path_factory) -> Path:
+    """A data folder (for TFGPU_DATA_DIR) with the first 7,680 training and 2,000 test digits of the real MNIST
+    (:func:`write_mnist_subset`), shared by the session."""
+    return shared(tmp_path_factory, "small_mnist", lambda out: write_mnist_subset(out, *SMALL_MNIST))
+
+
 #: MNIST images per split in :func:`small_png` (the serving tests' PNG folder).
 SMALL_PNG = 1000
 

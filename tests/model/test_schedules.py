@@ -12,8 +12,8 @@ import pytest
 from tfgpu.config.keras_specs import normalize
 from tfgpu.model.schedules import resolve
 
-from ..conftest import only_run_dir, run_cli, run_python
-from ..training.test_faults import SEED, checkpoint_at, resume, start, summary_of, wait_for
+from ..conftest import SMALL_MNIST, only_run_dir, run_cli, run_python
+from ..training.test_faults import SEED, checkpoint_at, resume, small, start, summary_of, wait_for
 
 SPECS = [  # (train.lr_schedule, base rate, lr_scale, epochs, steps per epoch)
     ({"name": "cosine", "warmup_epochs": 1.5}, 0.001, 2.0, 4, 10),
@@ -190,16 +190,17 @@ def test_warmup_and_cosine_rise_then_fall_and_train_no_worse_than_a_constant_rat
 
 @pytest.mark.slow
 @pytest.mark.parametrize("loop", ["fit", "custom"])
-def test_resume_continues_the_schedule_at_the_checkpoints_step(tmp_path, loop):
+def test_resume_continues_the_schedule_at_the_checkpoints_step(tmp_path, loop, small_mnist):
     """Killed after 2 epochs, resumed: the resumed epochs' rates are the schedule's at their real steps.
+    Reads :func:`small_mnist` (15 steps an epoch at 512 per replica): the rates, not the accuracy, are checked.
     Trains its own run: it kills and resumes the run, and the schedule under test changes the training."""
     process = start(SEED, "--set", "train.batch_size_per_replica=512", "--set", "train.epochs=4", "--set",
                     f"train.loop={loop}", "--set", "train.lr_schedule={name: cosine, warmup_epochs: 1}",
-                    "--output-dir", str(tmp_path))
-    run_dir = wait_for(checkpoint_at(tmp_path, 2 * 45), process, pause=0.01)
+                    "--output-dir", str(tmp_path), **small(small_mnist))
+    run_dir = wait_for(checkpoint_at(tmp_path, 2 * -(-SMALL_MNIST[0] // 512)), process, pause=0.01)
     process.send_signal(signal.SIGKILL)
     process.communicate()
-    result = resume(run_dir)
+    result = resume(run_dir, **small(small_mnist))
     assert result.returncode == 0, result.stderr[-3000:]
     rows = _rows(run_dir)
     assert [int(r["epoch"]) for r in rows] == [0, 1, 2, 3]

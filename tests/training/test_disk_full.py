@@ -229,12 +229,14 @@ def remount(where: Path, size: str) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("loop", ["fit", "custom"])
-def test_a_120_kib_disk_ends_the_run_cleanly_and_after_it_grows_resume_gives_each_epoch_once(tmp_path, tmpfs, loop):
-    """A 120 KiB disk ends an MNIST run with exit 8 and no leftovers; once it grows, --resume gives each epoch once.
+def test_a_120_kib_disk_ends_the_run_cleanly_and_after_it_grows_resume_gives_each_epoch_once(tmp_path, tmpfs, loop,
+                                                                                             small_mnist):
+    """A 120 KiB disk ends an MNIST run (:func:`small_mnist`'s digits: the writes, not the accuracy, are under test)
+    with exit 8 and no leftovers; once it grows, --resume gives each epoch once.
     Trains its own run: it writes the run onto a 120 KiB tmpfs and resumes it, which a shared run must not suffer."""
     disk = tmpfs("120k", tmp_path / "disk")
     failed = run_cli("run", str(RECIPES / "mnist.yaml"), *TWO_EPOCHS, "--set", f"train.loop={loop}",
-                     "--output-dir", str(disk))
+                     "--output-dir", str(disk), TFGPU_DATA_DIR=str(small_mnist))
     assert failed.returncode == 8, failed.stdout[-2000:] + failed.stderr[-3000:]
     error = the_error(failed.stderr)
     one_paragraph(error)
@@ -245,7 +247,8 @@ def test_a_120_kib_disk_ends_the_run_cleanly_and_after_it_grows_resume_gives_eac
     assert leftovers(run_dir) == []
     assert summary_of(run_dir)["status"] == "failed"
     remount(disk, "4m")
-    resumed = run_cli("run", "--resume", str(run_dir), "--set", "train.progress=epoch")
+    resumed = run_cli("run", "--resume", str(run_dir), "--set", "train.progress=epoch",
+                      TFGPU_DATA_DIR=str(small_mnist))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert epochs_in(run_dir) == [0, 1]
     assert summary_of(run_dir)["status"] == "completed" and leftovers(run_dir) == []

@@ -14,12 +14,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from tfgpu.training.trainer import AUTO_STEPS_PER_EXECUTION, resolve_steps_per_execution
 
-from ..conftest import ROOT, child_env, run_python
+from ..conftest import ROOT, child_env, run_python, write_mnist_subset
 
 
 @pytest.mark.parametrize("setting, steps, expected", [
@@ -122,15 +121,10 @@ def test_fit_keeps_its_training_iterator_past_the_run_so_it_ends_without_a_pause
 SUBSET_TRAIN, SUBSET_TEST = 8192, 2000
 
 
-def _mnist_subset(folder: Path, env: dict[str, str]) -> Path:
-    """A data folder (for TFGPU_DATA_DIR) whose mnist/mnist.npz holds the first SUBSET_TRAIN training and
-    SUBSET_TEST test digits of the real one: for the benchmark scripts' tests, which check a script, not a speed."""
-    (folder / "mnist").mkdir(parents=True)
-    with np.load(Path(env["TFGPU_DATA_DIR"]) / "mnist" / "mnist.npz") as full:
-        np.savez(folder / "mnist" / "mnist.npz", x_train=full["x_train"][:SUBSET_TRAIN],
-                 y_train=full["y_train"][:SUBSET_TRAIN], x_test=full["x_test"][:SUBSET_TEST],
-                 y_test=full["y_test"][:SUBSET_TEST])
-    return folder
+def _mnist_subset(folder: Path) -> Path:
+    """The first SUBSET_TRAIN training and SUBSET_TEST test digits as a data folder: for the benchmark scripts'
+    tests, which check a script, not a speed."""
+    return write_mnist_subset(folder, SUBSET_TRAIN, SUBSET_TEST)
 
 
 @pytest.mark.slow
@@ -159,7 +153,7 @@ def test_benchmark_harness_writes_the_table_json_and_ratios_and_survives_a_crash
     for name in ("BASE_INSTALL_HIDES", "PYTHONPATH"):  # the harness's processes see the base install too
         monkeypatch.setenv(name, env[name])
     # TFGPU_DATA_DIR relative to the caller's directory, as the README writes it (../shared/data).
-    monkeypatch.setenv("TFGPU_DATA_DIR", os.path.relpath(_mnist_subset(tmp_path / "data", env), ROOT))
+    monkeypatch.setenv("TFGPU_DATA_DIR", os.path.relpath(_mnist_subset(tmp_path / "data"), ROOT))
     monkeypatch.chdir(ROOT)
     out = tmp_path / "bench"
     code = bench.main(["--repeats", "1", "--epochs", "2", "--batches", "1024", "--replicas", "1",
@@ -199,7 +193,7 @@ def test_sources_benchmark_writes_its_table_with_every_variant(tmp_path):
     out = tmp_path / "bench"
     work = tmp_path / "work"
     env = child_env()
-    env["TFGPU_DATA_DIR"] = str(_mnist_subset(tmp_path / "data", env))
+    env["TFGPU_DATA_DIR"] = str(_mnist_subset(tmp_path / "data"))
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "sources.py"), "--repeats", "1", "--epochs", "2",
                            "--replicas", "1", "--batch", "512", "--work", str(work), "--out", str(out)],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)

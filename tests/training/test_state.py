@@ -19,8 +19,8 @@ from tfgpu.config import load_config
 from tfgpu.training.checkpoint import read_state
 from tfgpu.utils.processes import stale_status
 
-from ..conftest import ROOT, one_paragraph, only_run_dir, run_cli, run_python
-from .test_faults import SEED, checkpoint_at, epochs_in, fake_scontrol, resume, start, summary_of, wait_for
+from ..conftest import ROOT, SMALL_MNIST, one_paragraph, only_run_dir, run_cli, run_python
+from .test_faults import SEED, checkpoint_at, epochs_in, fake_scontrol, resume, small, start, summary_of, wait_for
 
 
 def rows_of(run_dir: Path) -> list[dict[str, float]]:
@@ -58,9 +58,12 @@ def test_the_run_seed_is_kept_across_restarts_whatever_the_cluster():
 # --- real runs -----------------------------------------------------------------------------------------------
 
 
-def _kill_after_epochs(tmp_path: Path, epochs: int, *args: str) -> Path:
-    process = start(SEED, "--set", "train.batch_size_per_replica=512", *args, "--output-dir", str(tmp_path))
-    run_dir = wait_for(checkpoint_at(tmp_path, epochs * 45), process, pause=0.01)
+def _kill_after_epochs(tmp_path: Path, data: Path, epochs: int, *args: str) -> Path:
+    """A run of the seed recipe at 512 per replica on :func:`small_mnist` (15 steps an epoch) killed (-9) once
+    its checkpoint holds ``epochs`` epochs."""
+    process = start(SEED, "--set", "train.batch_size_per_replica=512", *args, "--output-dir", str(tmp_path),
+                    **small(data))
+    run_dir = wait_for(checkpoint_at(tmp_path, epochs * -(-SMALL_MNIST[0] // 512)), process, pause=0.01)
     process.send_signal(signal.SIGKILL)
     process.communicate()
     return run_dir
@@ -68,13 +71,13 @@ def _kill_after_epochs(tmp_path: Path, epochs: int, *args: str) -> Path:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("loop", ["fit", "custom"])
-def test_resume_with_checkpoint_off_continues_from_the_checkpoint(tmp_path, loop):
+def test_resume_with_checkpoint_off_continues_from_the_checkpoint(tmp_path, loop, small_mnist):
     """Fault 1: --resume --set train.checkpoint=false used to train fresh weights and report a normal run.
     Trains its own run: it kills the run after two epochs and resumes it, which a shared run must not suffer."""
-    run_dir = _kill_after_epochs(tmp_path, 2, "--set", "train.epochs=4", "--set", f"train.loop={loop}")
+    run_dir = _kill_after_epochs(tmp_path, small_mnist, 2, "--set", "train.epochs=4", "--set", f"train.loop={loop}")
     state = read_state(run_dir)
     assert state["epoch"] >= 2 and state["step"] == 0
-    result = resume(run_dir, "--set", "train.checkpoint=false")
+    result = resume(run_dir, "--set", "train.checkpoint=false", **small(small_mnist))
     assert result.returncode == 0, result.stderr[-3000:]
     rows = rows_of(run_dir)
     assert [int(r["epoch"]) for r in rows] == [0, 1, 2, 3]
@@ -257,15 +260,15 @@ def test_a_stop_signal_while_the_test_split_is_evaluated_ends_as_preempted(tmp_p
 
 
 @pytest.mark.slow
-def test_without_a_seed_a_resumed_run_keeps_its_data_seed(tmp_path):
+def test_without_a_seed_a_resumed_run_keeps_its_data_seed(tmp_path, small_mnist):
     """Fault 6: the shuffle seed is drawn once, when the run is created, and read back on every resume.
     Trains its own run: it kills a run without tensorflow.seed and resumes it, which a shared run must not suffer."""
-    run_dir = _kill_after_epochs(tmp_path, 1, "--set", "train.epochs=3", "--set", "tensorflow.seed=null")
+    run_dir = _kill_after_epochs(tmp_path, small_mnist, 1, "--set", "train.epochs=3", "--set", "tensorflow.seed=null")
     killed = summary_of(run_dir)
     seed = killed["data_seed"]
     assert isinstance(seed, int)
     assert killed["status"] == "running" and "has ended" in stale_status(killed)  # kill -9 left it; known stale
-    result = resume(run_dir)
+    result = resume(run_dir, **small(small_mnist))
     assert result.returncode == 0, result.stderr[-3000:]
     s = summary_of(run_dir)
     assert s["status"] == "completed" and s["data_seed"] == seed and epochs_in(run_dir) == [0, 1, 2]
@@ -286,13 +289,14 @@ def test_summary_is_the_one_state_file(two_replica_runs):
 
 
 @pytest.mark.slow
-def test_a_stop_in_an_epochs_last_call_saves_after_its_validation_and_resume_finishes(tmp_path):
-    """The seed recipe runs each 6-step epoch in one call, so a SIGTERM lands in an epoch's last call: the stop
+def test_a_stop_in_an_epochs_last_call_saves_after_its_validation_and_resume_finishes(tmp_path, small_mnist):
+    """The seed recipe runs each epoch in one call (6 steps on the full MNIST, 2 on :func:`small_mnist`, which this
+    test reads), so a SIGTERM lands in an epoch's last call: the stop
     used to save the position (epoch e, step 6) before the epoch's validation and row, and the resumed fit ran
     a zero-step epoch (it crashed, exit 139, in the container test). Now the stop waits for the epoch's end.
     Trains its own run: it stops the run with SIGTERM and resumes it, which a shared run must not suffer."""
-    process = start(SEED, "--set", "train.epochs=4", "--output-dir", str(tmp_path))
-    run_dir = wait_for(checkpoint_at(tmp_path, 6), process, pause=0.01)
+    process = start(SEED, "--set", "train.epochs=4", "--output-dir", str(tmp_path), **small(small_mnist))
+    run_dir = wait_for(checkpoint_at(tmp_path, -(-SMALL_MNIST[0] // 4096)), process, pause=0.01)
     process.send_signal(signal.SIGTERM)
     out, err = process.communicate(timeout=120)
     assert process.returncode == 75, err[-3000:]
@@ -300,6 +304,6 @@ def test_a_stop_in_an_epochs_last_call_saves_after_its_validation_and_resume_fin
     # epoch 2's last call, unless the signal landed between epoch 1's save and epoch 2's call (seen under load)
     assert state["step"] == 0 and state["epoch"] >= 1, state
     assert epochs_in(run_dir) == list(range(state["epoch"]))  # every epoch the checkpoint holds has its row
-    result = resume(run_dir)
+    result = resume(run_dir, **small(small_mnist))
     assert result.returncode == 0, result.stderr[-3000:]
     assert epochs_in(run_dir) == [0, 1, 2, 3] and summary_of(run_dir)["status"] == "completed"
