@@ -285,15 +285,17 @@ def test_keras_imported_with_tensorflow_first_is_refused_with_the_reason():
 
 
 @pytest.mark.slow
-def test_sigterm_on_jax_saves_exits_75_and_resume_finishes_without_tensorflow(tmp_path):
+def test_sigterm_on_jax_saves_exits_75_and_resume_finishes_without_tensorflow(tmp_path, small_mnist):
     """Checkpoints (Keras's BackupAndRestore files) and --resume on JAX: the same contract as on TensorFlow.
+    Reads :func:`small_mnist` (15 steps an epoch at 2 x 256), as the TensorFlow fault tests do.
     Trains its own run: it sends SIGTERM mid-training on JAX and resumes, which a shared run must not suffer."""
     from .training.test_faults import checkpoint_at, epochs_in, summary_of, wait_for  # noqa: PLC0415
 
     args = ["run", "recipes/mnist_jax.yaml", "--set", "devices.cpu_logical_devices=2", "--set",
             "train.batch_size_per_replica=256", "--set", "train.steps_per_execution=5", "--set",
             "train.checkpoint.every_steps=10", "--set", "train.epochs=2", "--output-dir", str(tmp_path)]
-    process = subprocess.Popen([sys.executable, "-c", NO_TF, *args], cwd=ROOT, env=child_env(needs=("jax",)),
+    process = subprocess.Popen([sys.executable, "-c", NO_TF, *args], cwd=ROOT,
+                               env=child_env(needs=("jax",), TFGPU_DATA_DIR=str(small_mnist)),
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     run_dir = wait_for(checkpoint_at(tmp_path, 20), process)
     process.send_signal(signal.SIGTERM)
@@ -301,9 +303,9 @@ def test_sigterm_on_jax_saves_exits_75_and_resume_finishes_without_tensorflow(tm
     assert process.returncode == 75, err[-3000:]
     assert "tfgpu: preempted: SIGTERM arrived" in err and "Traceback" not in err
     assert summary_of(run_dir)["status"] == "preempted"
-    resumed = run_without_tf("run", "--resume", str(run_dir))
+    resumed = run_without_tf("run", "--resume", str(run_dir), TFGPU_DATA_DIR=str(small_mnist))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     summary = summary_of(run_dir)
     assert epochs_in(run_dir) == [0, 1] and summary["status"] == "completed"
     assert summary["backend"] == "jax" and summary["restarts"][0]["redo_steps"] == 0
-    assert summary["final_metrics"]["val_accuracy"] >= 0.92  # 0.939 measured after 2 epochs (3 took 0.95+)
+    assert summary["final_metrics"]["val_accuracy"] >= 0.78  # 0.801 measured uninterrupted after 2 epochs

@@ -26,8 +26,8 @@ def summary_of(run_dir: Path) -> dict:
     return json.loads((run_dir / "summary.json").read_text())
 
 
-def train(tmp_path: Path, recipe: str, *sets: str) -> tuple[Path, dict]:
-    result = run_cli("run", recipe, *sets, "--output-dir", str(tmp_path))
+def train(tmp_path: Path, recipe: str, *sets: str, **env: str) -> tuple[Path, dict]:
+    result = run_cli("run", recipe, *sets, "--output-dir", str(tmp_path), **env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     run_dir = only_run_dir(tmp_path)
     (run_dir.parent / "stdout.txt").write_text(result.stdout)
@@ -214,16 +214,18 @@ for logs in sys.argv[1:]:
 
 
 @pytest.fixture(scope="module")
-def tensorboard_runs(tmp_path_factory) -> dict:
+def tensorboard_runs(tmp_path_factory, small_mnist) -> dict:
     """A run per loop with TensorBoard logs and a profile, and their logs read back by TensorFlow in one process:
     ``{loop: (summary, run_dir, tags)}``. Trains its own runs: the settings under test (output.tensorboard,
-    train.profile_steps) are ones no shared run has."""
+    train.profile_steps) are ones no shared run has. They read :func:`small_mnist` (4 steps an epoch at 2,048):
+    the logs are under test, not the accuracy."""
     runs = {}
     for loop in ("fit", "custom"):
         runs[loop] = train(tmp_path_factory.mktemp(f"tensorboard-{loop}"), "recipes/mnist.yaml",
                            "--set", f"train.loop={loop}", "--set", "train.epochs=2",
                            "--set", "train.batch_size_per_replica=2048", "--set", "output.tensorboard=true",
-                           "--set", "train.profile_steps=[2, 3]", "--set", "train.steps_per_execution=2")
+                           "--set", "train.profile_steps=[2, 3]", "--set", "train.steps_per_execution=2",
+                           TFGPU_DATA_DIR=str(small_mnist))
     result = subprocess.run([sys.executable, "-c", TENSORBOARD_READ, *(str(runs[loop][0] / "tensorboard")
                                                                         for loop in ("fit", "custom"))],
                             capture_output=True, text=True, env=child_env(TF_CPP_MIN_LOG_LEVEL="3"), cwd=ROOT,
