@@ -290,6 +290,11 @@ def write_mnist_subset(folder: Path, train: int, test: int) -> Path:
 SMALL_MNIST = (7680, 2000)
 
 
+def small_steps(batch: int) -> int:
+    """Steps in an epoch of :func:`small_mnist` at ``batch`` per replica (one replica; the last batch partial)."""
+    return -(-SMALL_MNIST[0] // batch)
+
+
 @pytest.fixture(scope="session")
 def small_mnist(tmp_path_factory) -> Path:
     """A data folder (for TFGPU_DATA_DIR) with the first 7,680 training and 2,000 test digits of the real MNIST

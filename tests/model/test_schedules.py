@@ -12,7 +12,7 @@ import pytest
 from tfgpu.config.keras_specs import normalize
 from tfgpu.model.schedules import resolve
 
-from ..conftest import SMALL_MNIST, only_run_dir, run_cli, run_python
+from ..conftest import only_run_dir, run_cli, run_python, small_steps
 from ..training.test_faults import SEED, checkpoint_at, resume, small, start, summary_of, wait_for
 
 SPECS = [  # (train.lr_schedule, base rate, lr_scale, epochs, steps per epoch)
@@ -197,7 +197,7 @@ def test_resume_continues_the_schedule_at_the_checkpoints_step(tmp_path, loop, s
     process = start(SEED, "--set", "train.batch_size_per_replica=512", "--set", "train.epochs=4", "--set",
                     f"train.loop={loop}", "--set", "train.lr_schedule={name: cosine, warmup_epochs: 1}",
                     "--output-dir", str(tmp_path), **small(small_mnist))
-    run_dir = wait_for(checkpoint_at(tmp_path, 2 * -(-SMALL_MNIST[0] // 512)), process, pause=0.01)
+    run_dir = wait_for(checkpoint_at(tmp_path, 2 * small_steps(512)), process, pause=0.01)
     process.send_signal(signal.SIGKILL)
     process.communicate()
     result = resume(run_dir, **small(small_mnist))

@@ -20,7 +20,7 @@ from tfgpu.config import load_config
 from tfgpu.training.checkpoint import read_state
 from tfgpu.training.resume import changed_settings, keep_metrics, restart_record
 
-from ..conftest import ROOT, SMALL_MNIST, child_env, one_paragraph, only_run_dir, run_cli
+from ..conftest import ROOT, child_env, one_paragraph, only_run_dir, run_cli, small_steps
 
 SEED = str(ROOT / "recipes" / "mnist.yaml")
 #: On :func:`small_mnist`'s 7,680 digits, 15 steps per epoch in calls of 5, a checkpoint every 10 steps: kills land
@@ -165,7 +165,7 @@ def test_kill_9_during_epoch_5_then_resume_gives_every_epoch_once(tmp_path, loop
     KILL_9_VAL_ACCURACY after 6 epochs, tensorflow.seed 42) with both loops. (The recipe as shipped is trained in
     full by test_multiworker.py.)
     Trains its own run: it kills the run in epoch 5 and resumes it, which a shared run must not suffer."""
-    steps = -(-SMALL_MNIST[0] // 1024)
+    steps = small_steps(1024)
     process = start(SEED, "--set", f"train.loop={loop}", "--set", "train.epochs=6",
                     "--set", "train.batch_size_per_replica=1024", "--output-dir", str(tmp_path), **small(small_mnist))
     run_dir = wait_for(checkpoint_at(tmp_path, 4 * steps), process)  # epochs 1-4 saved

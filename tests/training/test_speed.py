@@ -117,14 +117,8 @@ def test_fit_keeps_its_training_iterator_past_the_run_so_it_ends_without_a_pause
     assert "CUSTOM ['DistributedIterator', 'DistributedIterator'] RELEASED True" in result.stdout, result.stdout
 
 
-#: Training and test digits in :func:`_mnist_subset`.
+#: Training and test digits the benchmark scripts' tests read (a script is under test, not a speed).
 SUBSET_TRAIN, SUBSET_TEST = 8192, 2000
-
-
-def _mnist_subset(folder: Path) -> Path:
-    """The first SUBSET_TRAIN training and SUBSET_TEST test digits as a data folder: for the benchmark scripts'
-    tests, which check a script, not a speed."""
-    return write_mnist_subset(folder, SUBSET_TRAIN, SUBSET_TEST)
 
 
 @pytest.mark.slow
@@ -153,7 +147,8 @@ def test_benchmark_harness_writes_the_table_json_and_ratios_and_survives_a_crash
     for name in ("BASE_INSTALL_HIDES", "PYTHONPATH"):  # the harness's processes see the base install too
         monkeypatch.setenv(name, env[name])
     # TFGPU_DATA_DIR relative to the caller's directory, as the README writes it (../shared/data).
-    monkeypatch.setenv("TFGPU_DATA_DIR", os.path.relpath(_mnist_subset(tmp_path / "data"), ROOT))
+    data = write_mnist_subset(tmp_path / "data", SUBSET_TRAIN, SUBSET_TEST)
+    monkeypatch.setenv("TFGPU_DATA_DIR", os.path.relpath(data, ROOT))
     monkeypatch.chdir(ROOT)
     out = tmp_path / "bench"
     code = bench.main(["--repeats", "1", "--epochs", "2", "--batches", "1024", "--replicas", "1",
@@ -193,7 +188,7 @@ def test_sources_benchmark_writes_its_table_with_every_variant(tmp_path):
     out = tmp_path / "bench"
     work = tmp_path / "work"
     env = child_env()
-    env["TFGPU_DATA_DIR"] = str(_mnist_subset(tmp_path / "data"))
+    env["TFGPU_DATA_DIR"] = str(write_mnist_subset(tmp_path / "data", SUBSET_TRAIN, SUBSET_TEST))
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "sources.py"), "--repeats", "1", "--epochs", "2",
                            "--replicas", "1", "--batch", "512", "--work", str(work), "--out", str(out)],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)

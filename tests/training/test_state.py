@@ -19,7 +19,7 @@ from tfgpu.config import load_config
 from tfgpu.training.checkpoint import read_state
 from tfgpu.utils.processes import stale_status
 
-from ..conftest import ROOT, SMALL_MNIST, one_paragraph, only_run_dir, run_cli, run_python
+from ..conftest import ROOT, one_paragraph, only_run_dir, run_cli, run_python, small_steps
 from .test_faults import SEED, checkpoint_at, epochs_in, fake_scontrol, resume, small, start, summary_of, wait_for
 
 
@@ -63,7 +63,7 @@ def _kill_after_epochs(tmp_path: Path, data: Path, epochs: int, *args: str) -> P
     its checkpoint holds ``epochs`` epochs."""
     process = start(SEED, "--set", "train.batch_size_per_replica=512", *args, "--output-dir", str(tmp_path),
                     **small(data))
-    run_dir = wait_for(checkpoint_at(tmp_path, epochs * -(-SMALL_MNIST[0] // 512)), process, pause=0.01)
+    run_dir = wait_for(checkpoint_at(tmp_path, epochs * small_steps(512)), process, pause=0.01)
     process.send_signal(signal.SIGKILL)
     process.communicate()
     return run_dir
@@ -296,7 +296,7 @@ def test_a_stop_in_an_epochs_last_call_saves_after_its_validation_and_resume_fin
     a zero-step epoch (it crashed, exit 139, in the container test). Now the stop waits for the epoch's end.
     Trains its own run: it stops the run with SIGTERM and resumes it, which a shared run must not suffer."""
     process = start(SEED, "--set", "train.epochs=4", "--output-dir", str(tmp_path), **small(small_mnist))
-    run_dir = wait_for(checkpoint_at(tmp_path, -(-SMALL_MNIST[0] // 4096)), process, pause=0.01)
+    run_dir = wait_for(checkpoint_at(tmp_path, small_steps(4096)), process, pause=0.01)
     process.send_signal(signal.SIGTERM)
     out, err = process.communicate(timeout=120)
     assert process.returncode == 75, err[-3000:]
