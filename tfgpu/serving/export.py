@@ -162,13 +162,15 @@ def _export_staged(run: RunModel, fmt: str, target: Path, record_path: Path, ver
     """:func:`export_artifact` once its target is checked: export into a staging folder beside ``target``, then
     move the verified artifact and its record into place; on any failure or stop signal nothing is left."""
     created = missing_folders(target.parent)  # removed again on failure
-    staging = _staging_dir(target, command)
+    staging: Optional[Path] = None
     done = False
     try:
         # a signal waits for a safe point (stop.check() between the steps): raised into TensorFlow's or a
         # converter's C++ code, its exception can end the process with 1 and a SystemError traceback instead of
-        # 75 (seen in CI with predict)
+        # 75 (seen in CI with predict); the staging folder is made inside too, so a signal while mkdtemp runs
+        # cannot leave it unnamed and behind (seen in a clean-clone run)
         with stop.held():
+            staging = _staging_dir(target, command)
             record = _export_into(run, fmt, staging, target, version, command, stop)
         if fmt == "savedmodel":
             write_json(staging / "artifact" / RECORD_NAME, record)
@@ -178,7 +180,8 @@ def _export_staged(run: RunModel, fmt: str, target: Path, record_path: Path, ver
             _replace_pair(staging, [(staging / "artifact", target), (staging / RECORD_NAME, record_path)], command)
         done = True
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
         if not done:
             remove_empty_folders(created)
     record["record"] = str(record_path)
