@@ -57,24 +57,19 @@ def busy_cpu_seconds() -> float:
 
 def calibrate(log: Path) -> tuple[float, float]:
     """CPU seconds, as the recorder counts them, of one TensorFlow start (median of three ``import tensorflow``
-    processes with the base install's imports, as the suite's processes start: tests/base_install) and of the
+    processes in the environment the suite gives its processes: ``tests/conftest.py:child_env``) and of the
     smallest ``tfgpu run`` (the seed recipe, one epoch of 512 digits: two steps, with its start-up log process)."""
-    import numpy as np  # noqa: PLC0415
+    sys.path.insert(0, str(ROOT))
+    from tests.conftest import child_env, write_mnist_subset  # noqa: PLC0415  (the suite's own environment)
 
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "tests" / "base_install"),
-               BASE_INSTALL_HIDES="jax,jaxlib,matplotlib,pandas,pyarrow,scipy,sklearn")
     for _ in range(3):
-        subprocess.run([sys.executable, "-c", "import tensorflow"], env=env, check=True, capture_output=True)
+        subprocess.run([sys.executable, "-c", "import tensorflow"], env=child_env(), check=True, capture_output=True)
     starts = sorted(json.loads(line)["cpu"] for line in log.read_text().splitlines())
     with tempfile.TemporaryDirectory() as tmp:
-        (Path(tmp) / "mnist").mkdir()
-        data = Path(os.environ.get("TFGPU_DATA_DIR") or ROOT.parent / "shared" / "data") / "mnist" / "mnist.npz"
-        with np.load(data) as full:
-            np.savez(Path(tmp) / "mnist" / "mnist.npz", x_train=full["x_train"][:512], y_train=full["y_train"][:512],
-                     x_test=full["x_test"][:256], y_test=full["y_test"][:256])
+        write_mnist_subset(Path(tmp), 512, 256)
         subprocess.run([sys.executable, "-m", "tfgpu.cli", "run", "recipes/mnist.yaml", "--set", "train.epochs=1",
                         "--set", "train.batch_size_per_replica=256", "--output-dir", str(Path(tmp) / "runs")],
-                       env=dict(env, TFGPU_DATA_DIR=tmp), cwd=ROOT, check=True, capture_output=True)
+                       env=child_env(TFGPU_DATA_DIR=tmp), cwd=ROOT, check=True, capture_output=True)
     rows = [json.loads(line)["cpu"] for line in log.read_text().splitlines()]
     log.unlink()
     return starts[1], sum(rows[3:])
