@@ -89,6 +89,8 @@ class RunDir:
         self.summary: dict[str, Any] = {}
         self.epochs = Epochs()
         self.started = time.perf_counter()
+        self.training_started: Optional[float] = None  # set by the runner when the loop starts
+        self._marks: list[tuple[str, float]] = []
         self.recipe: Optional[str] = None
         self._planned = 0
         self._resumable = False
@@ -170,6 +172,27 @@ class RunDir:
             shutil.rmtree(self.path, ignore_errors=True)
 
     # The run's beginning ------------------------------------------------------------------------------------------
+
+    def startup(self, started: float, marks: dict[str, float]) -> None:
+        """Note when each piece of the start-up ended (``time.perf_counter()``; ``marks`` in order: ``checks``,
+        ``tensorflow``, ``data``, ``model``), from ``started``, for ``summary.json``'s ``startup_seconds``."""
+        self._marks = [("start", started), *marks.items()]
+
+    def _startup_seconds(self, first: Optional[float]) -> dict[str, Optional[float]]:
+        """``summary.json``'s ``startup_seconds``: the seconds from the command's start to the first training call's
+        return, piece by piece: ``checks`` (the config, the model and the data files, before TensorFlow),
+        ``tensorflow`` (importing it, the devices and the strategy: :func:`tfgpu.setup`), ``data`` (loading it, the
+        pipelines), ``model`` (building, compiling and checking it on two samples), ``run_directory`` (its files,
+        the callbacks, a checkpoint restored) and ``first_call`` (the loop's start: its iterators, tracing the
+        step, the first call's steps; ``None`` if no call returned). They add up to ``first_step_seconds``."""
+        out: dict[str, Optional[float]] = {}
+        for (_, before), (name, at) in zip(self._marks, self._marks[1:]):
+            out[name] = at - before
+        last = self._marks[-1][1]
+        training = self.training_started if self.training_started is not None else last
+        out["run_directory"] = training - last
+        out["first_call"] = first - training if first is not None else None
+        return out
 
     def begin(self, cfg: Config, info: Any, facts: dict[str, Any], resumed: Optional[Resumed],
               started: tuple[float, float]) -> None:
@@ -297,6 +320,8 @@ class RunDir:
         summary["wall_seconds"] = time.perf_counter() - self.started
         first = self.epochs.first_step_at
         summary["first_step_seconds"] = first - self.started if first is not None else None
+        if self._marks:
+            summary["startup_seconds"] = self._startup_seconds(first)
         summary["epoch_seconds"] = [r["epoch_seconds"] for r in rows]
         summary["train_seconds"] = [r["train_seconds"] for r in rows]
         steady = [r["samples_per_second"] for r in rows[1:]] or [r["samples_per_second"] for r in rows]

@@ -117,10 +117,12 @@ def _run(cfg: Config, recipe: Optional[str], resumed: Any, target: Optional[Path
 
     stop.doing = "checking the config and the data files"
     source, check_seconds = preflight.check(cfg, target)
+    marks = {"checks": time.perf_counter()}  # the start-up, piece by piece (summary.json: startup_seconds)
     stop.doing = "starting TensorFlow"
     with stop.held():  # (an exception raised into TensorFlow's import aborts the process)
         info = _setup(cfg, keep_log=False)
         stop.reassert()  # a multi-worker strategy's start replaced the SIGTERM handler (StopSignals.reassert)
+    marks["tensorflow"] = time.perf_counter()
     stop.chief = info.is_chief
     if info.is_chief:
         for warning in info.plan.warnings:
@@ -130,17 +132,20 @@ def _run(cfg: Config, recipe: Optional[str], resumed: Any, target: Optional[Path
     seed = run_seed(cfg, info, resumed)
     data, pipes = load(cfg, info, source, seed=seed)
     pipes.info["seconds"] = {"check": check_seconds, "load": time.perf_counter() - loading}
+    marks["data"] = time.perf_counter()
     if resumed is not None:
         check_same_shape(resumed.summary, info, pipes.steps_per_epoch)
     stop.doing = "building the model"
     # a resumed run with a checkpoint restores it: model.init_from is not applied again (tfgpu.model.transfer)
     trainer = Trainer(cfg, info, data, pipes, restoring=resumed.summary if resumed is not None and resumed.state is not None else None)
     trainer.stop = stop
+    marks["model"] = time.perf_counter()
     stop.doing = "writing the run directory"
     # output.mlflow: the chief's MLflow run, created (or continued) here and ended however the run ends
     with RunDir.open(cfg, recipe, info, target) as run_dir, tracking.tracked(cfg, info, run_dir, resumed) as mlflow:
         try:
             run_dir.begin(cfg, info, {**trainer.facts(), "data_seed": seed, **mlflow}, resumed, started)
+            run_dir.startup(started[0], marks)
         except Preempted as exc:  # (the requeue, if any, is done on the way out: run)
             raise Preempted(exc.message, _resume_hint(run_dir.path)) from None
         return train(run_dir, trainer, resumed)
@@ -285,6 +290,7 @@ def train(run_dir: RunDir, trainer: Trainer, resumed: Any) -> RunResult:
                 f"(global step {state['global_step']}); metrics.csv keeps epochs 1-{start.epoch}"
                 + ("" if trainer.saver is not None else "; train.checkpoint is off now, so nothing more is saved"))
         stop.doing = "training"
+        run_dir.training_started = time.perf_counter()
         trainer.train(callbacks, start)
         if chief and trainer.early_stopping is not None:
             say(trainer.early_stopping.describe())
