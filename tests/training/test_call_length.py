@@ -2,8 +2,10 @@
 progress bar act only between calls, so a call must stay short whatever the epoch's length
 (issue 21, fault 3: a prime step count once made the whole epoch one call).
 
-The plan bounds the steps per call; the custom loop also times its calls and shortens them;
-fit, whose steps per call Keras fixes when the model is compiled, warns.
+The plan bounds the steps per call, whatever the epoch's factors (issue 35: fit's calls had to
+divide the epoch, so 178 steps ran 2 a call and a prime count 1); an epoch's last call runs the
+steps left, in both loops; the custom loop also times its calls and shortens them; fit, whose
+calls tfgpu cannot shorten at run time, warns.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import json
 import pytest
 
 from tfgpu.training.loops.custom import MAX_CALL_SECONDS, next_steps_per_call
+from tfgpu.training.loops.fit import fit_calls
 from tfgpu.training.trainer import AUTO_STEPS_PER_EXECUTION, profile_calls, resolve_steps_per_execution
 
 from ..conftest import run_python
@@ -22,23 +25,21 @@ from ..conftest import run_python
 @pytest.mark.parametrize("loop", ["fit", "custom"])
 def test_auto_never_runs_more_than_the_documented_steps_per_call(steps, loop):
     per_call, reason = resolve_steps_per_execution("auto", steps, loop)
-    assert 1 <= per_call <= AUTO_STEPS_PER_EXECUTION == 32
-    if loop == "fit":
-        assert steps % per_call == 0  # Keras's fit runs whole calls: the epoch stays one exact pass
-    else:
-        assert per_call == min(32, steps)  # the last call of an epoch runs the steps left
-        assert f"a call over {MAX_CALL_SECONDS:g} s is shortened" in reason
+    assert per_call == min(32, steps) == min(AUTO_STEPS_PER_EXECUTION, steps)  # the last call runs the steps left
+    assert sum(fit_calls(steps, per_call)) == steps and max(fit_calls(steps, per_call)) == per_call
+    assert (f"a call over {MAX_CALL_SECONDS:g} s is shortened" in reason) == (loop == "custom")
     assert reason.startswith("auto: ")
+    # Keras's fit on JAX still needs calls that divide the epoch (tfgpu does not replace its train function there)
+    on_jax, why = resolve_steps_per_execution("auto", steps, "fit", "jax")
+    assert steps % on_jax == 0 and on_jax <= 32 and ("largest divisor" in why or on_jax == steps)
 
 
 @pytest.mark.parametrize("setting, steps, loop, expected, said", [
-    ("auto", 997, "fit", 1, "the largest divisor of the epoch's 997 steps up to 32"),   # prime
+    ("auto", 997, "fit", 32, "at most 32 steps a call (an epoch's last call: 5)"),        # prime
     ("auto", 997, "custom", 32, "at most 32 steps a call (an epoch's last call: 5)"),
-    ("auto", 10007, "fit", 1, "largest divisor"),                                        # prime
-    ("auto", 10006, "fit", 2, "largest divisor"),                                        # 2 x 5003
-    ("auto", 10006, "custom", 32, "at most 32 steps"),
+    ("auto", 10006, "fit", 32, "at most 32 steps a call (an epoch's last call: 22)"),     # 2 x 5003
     ("auto", 6, "fit", 6, "the whole 6-step epoch in one call"),
-    (5, 178, "fit", 2, "train.steps_per_execution: 5: the largest divisor of the epoch's 178 steps up to 5"),
+    (5, 178, "fit", 5, "train.steps_per_execution: 5: at most 5 steps a call (an epoch's last call: 3)"),
     (5, 178, "custom", 5, "train.steps_per_execution: 5: at most 5 steps a call (an epoch's last call: 3)"),
     (100, 997, "custom", 100, "at most 100 steps"),   # an explicit number is honoured, never rounded up
     (500, 178, "fit", 178, "the whole 178-step epoch in one call"),
@@ -46,6 +47,14 @@ def test_auto_never_runs_more_than_the_documented_steps_per_call(steps, loop):
 def test_steps_per_call_and_the_reason_recorded(setting, steps, loop, expected, said):
     per_call, reason = resolve_steps_per_execution(setting, steps, loop)
     assert per_call == expected and said in reason
+
+
+@pytest.mark.parametrize("steps, per_call, calls", [
+    (178, 32, [32, 32, 32, 32, 32, 18]), (89, 32, [32, 32, 25]), (96, 32, [32, 32, 32]), (5, 32, [5]),
+    (37, 8, [8, 8, 8, 8, 5]), (1, 1, [1]),
+])
+def test_fit_calls_cover_the_epoch_once_and_never_exceed_the_bound(steps, per_call, calls):
+    assert fit_calls(steps, per_call) == calls
 
 
 def test_profiled_calls_follow_the_custom_loops_shorter_last_call():
@@ -124,57 +133,112 @@ def test_custom_loop_shortens_calls_over_the_bound_without_retracing():
     assert "(stop signals and checkpoints wait for the call to end): calls now run at most 1 step\n" in tight
 
 
-FIT = """
+EVERY_SAMPLE = """
 import json, os
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
 import numpy as np
 import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 import keras
 from tfgpu.training.loops import Job
+from tfgpu.training.loops.custom import train_custom
+from tfgpu.training.loops.feed import Feed
 from tfgpu.training.loops.fit import train_fit
-from tfgpu.training.trainer import resolve_steps_per_execution
 
-x = np.random.default_rng(0).normal(size=(296, 4)).astype("float32")
-y = x.sum(axis=1, keepdims=True)
-data = tf.data.Dataset.from_tensor_slices((x, y)).batch(8)   # 37 batches an epoch: a prime
-
-class Ends(keras.callbacks.Callback):
-    def __init__(self):
+class Seen(keras.layers.Layer):
+    # counts, per sample id (its input), how often a training step saw it, summed over the replicas
+    def __init__(self, n):
         super().__init__()
-        self.ends = []
-    def on_train_batch_end(self, batch, logs=None):
-        self.ends.append(batch)
+        self.n = n
+        self.seen = tf.Variable(tf.zeros(n), trainable=False, synchronization=tf.VariableSynchronization.ON_READ,
+                                aggregation=tf.VariableAggregation.SUM)
+    def call(self, x, training=False):
+        if training:
+            ids = tf.cast(x[:, 0], tf.int32)
+            self.seen.assign_add(tf.math.bincount(ids, minlength=self.n, maxlength=self.n, dtype=tf.float32))
+        return x
 
-out = {}
-for name, per_call, bound in (("tfgpu", resolve_steps_per_execution("auto", 37, "fit")[0], 1e9),
-                              ("not_dividing", 4, 1e9), ("tight", 37, 1e-9)):
-    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
-    model.compile(keras.optimizers.SGD(0.01), "mse", steps_per_execution=per_call)
-    job = Job(model=model, train_epochs=lambda epochs, skip: data.repeat(epochs).skip(skip), validation=None,
-              epochs=2, steps_per_epoch=37, terminate_on_nan=False)
-    ends = Ends()
-    print("RUN", name, flush=True)
-    train_fit(job, [ends], "none", max_call_seconds=bound)
-    out[name] = {"per_call": per_call, "ends": ends.ends, "steps": int(model.optimizer.iterations.numpy())}
+class Record(keras.callbacks.Callback):
+    def __init__(self, seen, optimizer):
+        super().__init__()
+        self.layer, self.optimizer, self.ends, self.calls, self.counts = seen, optimizer, [], [], []
+    def on_epoch_begin(self, epoch, logs=None):
+        self.ends.append([])
+        self.calls.append([])
+        self.before = int(self.optimizer.iterations.numpy())
+    def on_train_batch_end(self, batch, logs=None):
+        now = int(self.optimizer.iterations.numpy())
+        self.ends[-1].append(batch)
+        self.calls[-1].append(now - self.before)
+        self.before = now
+    def on_epoch_end(self, epoch, logs=None):
+        self.counts.append(sorted(set(self.layer.seen.numpy().tolist())))
+
+out = {"runs": {}, "splits": {}}
+for replicas in (1, 2):
+    strategy = tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(replicas)])
+    for steps in (37, 32, 21, 5):     # a prime, a power of two, odd, fewer than a call's 8
+        n = steps * 4 - 1             # global batches of 4, the last one of 3 (2 rows and 1 on two replicas)
+        x = np.arange(n, dtype="float32")[:, None]
+        data = tf.data.Dataset.from_tensor_slices((x, np.zeros((n, 1), "float32"))).batch(4)
+        for loop in ("fit", "custom"):
+            with strategy.scope():
+                seen = Seen(n)
+                model = keras.Sequential([keras.Input((1,)), seen, keras.layers.Dense(1)])
+                optimizer = keras.optimizers.SGD(0.01)
+                model.compile(optimizer, "mse", steps_per_execution=8)
+            record = Record(seen, optimizer)
+            job = Job(model=model, train_epochs=lambda epochs, skip: data.repeat(epochs).skip(skip), validation=None,
+                      epochs=2, steps_per_epoch=steps, strategy=strategy, optimizer=optimizer,
+                      loss=keras.losses.MeanSquaredError(reduction=None), steps_per_execution=8,
+                      terminate_on_nan=False)
+            (train_fit if loop == "fit" else train_custom)(job, [record], "none", max_call_seconds=1e9)
+            out["runs"][f"{loop} {replicas} {steps}"] = {"ends": record.ends, "calls": record.calls,
+                                                         "counts": record.counts,
+                                                         "plain": Feed.of(strategy).plain}
+    # each replica's rows of a global batch: tfgpu's plain feed against tf.distribute's own split
+    for rows in (1, 2, 3, 4, 7):
+        batch = tf.data.Dataset.range(rows).batch(rows)
+        theirs = next(iter(strategy.experimental_distribute_dataset(batch)))
+        ours = tf.function(lambda b: Feed(strategy, True).args((b,)))(next(iter(batch)))[0]
+        out["splits"][f"{replicas} {rows}"] = [[t.numpy().tolist() for t in strategy.experimental_local_results(v)]
+                                               for v in (theirs, ours)]
+
+# fit cannot shorten a call at run time: it says so once, and what to change
+model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
+model.compile(keras.optimizers.SGD(0.01), "mse", steps_per_execution=37)
+data = tf.data.Dataset.from_tensor_slices((np.zeros((296, 1), "float32"), np.zeros((296, 1), "float32"))).batch(8)
+job = Job(model=model, train_epochs=lambda epochs, skip: data.repeat(epochs).skip(skip), validation=None,
+          epochs=2, steps_per_epoch=37, terminate_on_nan=False)
+print("RUN tight", flush=True)
+train_fit(job, [], "none", max_call_seconds=1e-9)
 print("OUT", json.dumps(out))
 """
 
 
 @pytest.mark.slow
-def test_fit_keeps_exact_epochs_on_a_prime_step_count_and_warns_about_a_long_call():
-    """fit keeps exact epochs on a prime step count, and warns once about a call over the bound.
-    Trains its own models: the steps per call and the call-time bound under test change how fit trains."""
-    result = run_python(FIT)
+def test_every_sample_once_an_epoch_in_calls_never_over_the_bound():
+    """Both loops, 1 and 2 replicas (logical CPUs), 8 steps a call, epochs of a prime, a power of two, an odd
+    number of steps and fewer than one call: each epoch trains every sample exactly once (counted by a layer
+    inside the model, summed over the replicas), in calls of at most 8 steps, the last call the steps left.
+    Trains its own tiny models: the steps per call and the step counts are what is under test."""
+    result = run_python(EVERY_SAMPLE)
     assert result.returncode == 0, result.stderr[-3000:]
-    runs = json.loads(result.stdout.split("OUT", 1)[1])
-    # tfgpu's auto for 37 steps with fit: one step a call (not the whole epoch), 74 steps in two epochs.
-    assert runs["tfgpu"]["per_call"] == 1 and runs["tfgpu"]["steps"] == 74
-    assert runs["tfgpu"]["ends"] == list(range(37)) * 2
-    # Why fit needs a divisor: Keras 3.15.1 runs ceil(37 / 4) whole calls of 4, so the first epoch takes
-    # 40 steps, 3 of the next one's, and the last epoch runs out of batches.
-    assert runs["not_dividing"]["ends"] == list(range(3, 40, 4)) + list(range(3, 36, 4))
-    assert "Your input ran out of data" in result.stderr
-    # fit cannot shorten a call: it says so once, and what to change.
+    out = json.loads(result.stdout.split("OUT", 1)[1])
+    for name, run in out["runs"].items():
+        loop, replicas, steps = name.split()
+        calls = fit_calls(int(steps), 8)
+        assert run["calls"] == [calls, calls], name             # steps each call ran (the optimizer's count)
+        ends = [sum(calls[:i + 1]) - 1 for i in range(len(calls))]
+        assert run["ends"] == [ends, ends], name                # the batch index the callbacks were given
+        assert run["counts"] == [[1.0], [2.0]], name            # every sample once in epoch 1, twice by epoch 2
+        assert run["plain"] is True                             # CPU replicas: tfgpu's plain feed under test
+    assert len(out["runs"]) == 16
+    for name, (theirs, ours) in out["splits"].items():
+        assert ours == theirs, name                             # e.g. 3 rows on 2 replicas: [0, 1] and [2]
+    assert out["splits"]["2 3"][1] == [[0, 1], [2]] and out["splits"]["2 1"][1] == [[0], []]
+    assert "Your input ran out of data" not in result.stderr
     before, tight = result.stdout.split("RUN tight")
     assert "warning" not in before
     assert tight.count("tfgpu: warning: a training call of 37 steps took") == 1

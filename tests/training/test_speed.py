@@ -32,10 +32,20 @@ from ..conftest import ROOT, child_env, run_python, write_mnist_subset
     (5, 178, 2),           # a most: rounded down to a divisor, never up
     (500, 178, 178),       # never more than one epoch
 ])
-def test_fit_steps_per_execution_always_divides_the_epoch(setting, steps, expected):
-    per_call, _ = resolve_steps_per_execution(setting, steps, "fit")
+def test_fit_on_jax_steps_per_execution_always_divides_the_epoch(setting, steps, expected):
+    per_call, _ = resolve_steps_per_execution(setting, steps, "fit", "jax")
     assert per_call == expected and steps % per_call == 0
     assert per_call <= min(AUTO_STEPS_PER_EXECUTION if setting == "auto" else setting, steps)
+
+
+@pytest.mark.parametrize("setting, steps, expected", [
+    ("auto", 6, 6), ("auto", 178, 32), ("auto", 89, 32), ("auto", 96, 32), (1, 178, 1), (5, 178, 5), (500, 178, 178),
+])
+@pytest.mark.parametrize("loop", ["fit", "custom"])
+def test_on_tensorflow_both_loops_run_the_setting_whatever_the_epochs_factors(setting, steps, expected, loop):
+    # fit's calls end at the epoch's end without dividing it (tfgpu.training.loops.fit.fit_calls): 178 steps are
+    # 5 calls of 32 and one of 18, as with the custom loop, no longer 89 calls of 2
+    assert resolve_steps_per_execution(setting, steps, loop, "tensorflow")[0] == expected
 
 
 @pytest.fixture(scope="module")
@@ -50,12 +60,19 @@ def runs(two_replica_runs):
 @pytest.mark.parametrize("loop", ["fit", "custom"])
 def test_summary_records_the_speed_choices(runs, loop):
     result, summary, _ = runs[loop]
-    # 89 steps, a prime: fit runs one step per call (its calls must divide the epoch), the custom
-    # loop 32 (two calls of 32 and one of 25); neither the whole epoch.
-    per_call = {"fit": 1, "custom": 32}[loop]
+    # 89 steps, a prime: both loops run 32 steps a call (two calls of 32 and one of 25), not the whole epoch
+    # (fit once ran one step a call here: its calls had to divide the epoch)
+    per_call = 32
     assert summary["steps_per_epoch"] == 89 and summary["steps_per_execution"] == per_call
     reason = summary["steps_per_execution_reason"]
-    assert reason.startswith("auto: ") and ("largest divisor" if loop == "fit" else "at most 32 steps") in reason
+    assert reason.startswith("auto: at most 32 steps a call (an epoch's last call: 25)")
+    assert ("a call over 5 s is shortened" in reason) == (loop == "custom")
+    # 2 logical CPUs: each replica takes its rows of a plain iterator's global batch (tfgpu.training.loops.feed)
+    assert summary["input"].startswith("a plain tf.data iterator of global batches")
+    startup = summary["startup_seconds"]
+    assert list(startup) == ["checks", "tensorflow", "data", "model", "run_directory", "first_call"]
+    assert all(v > 0 for v in startup.values())
+    assert sum(startup.values()) == pytest.approx(summary["first_step_seconds"])
     assert summary["jit_compile"] is False and "off on CPUs" in summary["jit_compile_reason"]
     assert summary["mixed_precision"] == "float32"
     assert f"tfgpu: steps per call: {per_call} ({reason})\ntfgpu: XLA: off" in result.stdout
@@ -87,8 +104,10 @@ def test_custom_loop_traces_each_step_function_once(runs):
 
 @pytest.mark.slow
 def test_fit_keeps_its_training_iterator_past_the_run_so_it_ends_without_a_pause(tmp_path):
-    """fit's training iterator outlives the run until the next run in the process ends (or exit), when it is
-    released; the custom loop's two iterators are kept the same way.
+    """fit's training iterators outlive the run until the next run in the process ends (or exit), when they are
+    released; the custom loop's two iterators are kept the same way. On CPU replicas (here) the batches come
+    from a plain iterator of tfgpu's (tfgpu.training.loops.feed), and Keras's own distributed iterator reads a
+    one-batch stand-in: it is still one to keep; tfgpu's validation iterator is kept with them.
 
     Destroyed when fit returns, a MirroredStrategy iterator waited for tf.data's autotuning thread: the seed
     recipe at 2 replicas paused 1.3-4.8 s between its last epoch line and 'done' in 6 runs of 16, and in 0 of 26
@@ -104,17 +123,20 @@ def test_fit_keeps_its_training_iterator_past_the_run_so_it_ends_without_a_pause
             main(args, standalone_mode=False)
         except SystemExit:
             pass
-        (kept,) = loops.LAST_RUN_ITERATORS
-        first = weakref.ref(kept._current_iterator)  # the tf.distribute iterator fit trained from
-        print("KEPT", type(kept).__name__, type(first()).__name__)
-        del kept
+        kept = loops.LAST_RUN_ITERATORS
+        (keras_iterator,) = [i for i in kept if type(i).__name__ == "TFEpochIterator"]
+        first = weakref.ref(keras_iterator._current_iterator)  # Keras's tf.distribute iterator in fit
+        print("KEPT", sorted(type(i).__name__ for i in kept), type(first()).__name__)
+        del kept, keras_iterator
         main([*args, "--set", "train.loop=custom"], standalone_mode=False)
         gc.collect()
         print("CUSTOM", [type(i).__name__ for i in loops.LAST_RUN_ITERATORS], "RELEASED", first() is None)
     """, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "KEPT TFEpochIterator DistributedIterator" in result.stdout, result.stdout[-2000:]
-    assert "CUSTOM ['DistributedIterator', 'DistributedIterator'] RELEASED True" in result.stdout, result.stdout
+    # fit: Keras's (the stand-in's), tfgpu's training iterator and its validation iterator (tfgpu validates)
+    assert "KEPT ['OwnedIterator', 'OwnedIterator', 'TFEpochIterator'] DistributedIterator" in result.stdout, \
+        result.stdout[-2000:]
+    assert "CUSTOM ['OwnedIterator', 'OwnedIterator'] RELEASED True" in result.stdout, result.stdout
 
 
 #: Training and test digits the benchmark scripts' tests read (a script is under test, not a speed).

@@ -37,6 +37,7 @@ from ..utils.console import warn
 from . import callbacks as user_callbacks
 from . import checkpoint as ckpt
 from .loops import Job, epoch_stats_callback, progress_mode
+from .loops.feed import Feed
 from .loops.custom import MAX_CALL_SECONDS
 
 # train.steps_per_execution: auto. At most this many training steps per tf.function call,
@@ -45,41 +46,44 @@ from .loops.custom import MAX_CALL_SECONDS
 AUTO_STEPS_PER_EXECUTION = 32
 
 
-def resolve_steps_per_execution(setting: Any, steps_per_epoch: int, loop: str) -> tuple[int, str]:
+def resolve_steps_per_execution(setting: Any, steps_per_epoch: int, loop: str,
+                                backend: str = "tensorflow") -> tuple[int, str]:
     """``train.steps_per_execution`` -> (training steps per ``tf.function`` call, why), for ``train.loop``.
 
     The setting is a most (``auto``: :data:`AUTO_STEPS_PER_EXECUTION`), never
-    more than one epoch:
+    more than one epoch, and the calls never cross an epoch's end:
 
-    - ``custom``: that many; an epoch's last call runs the steps left (the step
-      count is a tensor), and the loop shortens its calls at run time when one
-      takes longer than :data:`tfgpu.training.loops.custom.MAX_CALL_SECONDS`.
-    - ``fit`` (also on JAX): the largest divisor of ``steps_per_epoch`` up to it.
-      Keras's fit runs ``ceil(steps_per_epoch / n)`` calls of ``n`` steps each,
-      ``n`` fixed when the model is compiled, while the dataset has batches
-      (Keras 3.15.1 ``keras/src/trainers/epoch_iterator.py`` and the
-      ``tf.while_loop`` of ``keras/src/backend/tensorflow/trainer.py``); tfgpu
-      gives it one dataset of all the epochs, so an ``n`` that did not divide
-      the epoch would run into the next one. A prime step count gives 1.
+    - ``custom``, and ``fit`` on TensorFlow: that many; an epoch's last call
+      runs the steps left (the step count is a tensor: no second trace; for
+      ``fit``, tfgpu's train function, :func:`tfgpu.training.loops.fit.fit_calls`).
+      The custom loop also shortens its calls at run time when one takes longer
+      than :data:`tfgpu.training.loops.custom.MAX_CALL_SECONDS`; ``fit`` warns.
+    - ``fit`` on JAX: the largest divisor of ``steps_per_epoch`` up to it.
+      Keras's fit runs ``ceil(steps_per_epoch / n)`` calls of ``n`` steps each
+      while the dataset has batches (Keras 3.15.1 ``keras/src/trainers/epoch_iterator.py``),
+      and tfgpu gives it one dataset of all the epochs, so an ``n`` that did not
+      divide the epoch would run into the next one. A prime step count gives 1.
 
-    Examples with ``auto``: 997 steps: custom 32 (31 calls of 32, one of 5), fit
-    1; 178 steps: custom 32, fit 2; 96: 32 for both; 6: 6 for both.
+    Examples with ``auto``: 997 steps: 32 (31 calls of 32, one of 5), on JAX's
+    fit 1; 178 steps: 32 (5 of 32, one of 18), on JAX's fit 2; 96: 32; 6: 6.
     """
     most = AUTO_STEPS_PER_EXECUTION if setting == "auto" else int(setting)
     named = "auto" if setting == "auto" else f"train.steps_per_execution: {setting}"
     wanted = min(most, steps_per_epoch)
     whole = f"{named}: the whole {steps_per_epoch}-step epoch in one call"
-    if loop == "custom":
+    if loop == "custom" or backend != "jax":
         left = steps_per_epoch % wanted
         shape = whole if wanted == steps_per_epoch else (
             f"{named}: at most {wanted} step{'s' if wanted > 1 else ''} a call"
             + (f" (an epoch's last call: {left})" if left else ""))
-        return wanted, f"{shape}; a call over {MAX_CALL_SECONDS:g} s is shortened"
+        if loop == "custom":
+            return wanted, f"{shape}; a call over {MAX_CALL_SECONDS:g} s is shortened"
+        return wanted, shape
     if wanted == steps_per_epoch:
         return wanted, whole
     per_call = max(d for d in range(1, wanted + 1) if steps_per_epoch % d == 0)
     return per_call, (f"{named}: the largest divisor of the epoch's {steps_per_epoch} steps up to {wanted} "
-                      "(fit's calls must divide the epoch)")
+                      "(fit's calls must divide the epoch on JAX)")
 
 
 def profile_calls(steps: Optional[list[int]], epochs: int, steps_per_epoch: int,
@@ -87,8 +91,8 @@ def profile_calls(steps: Optional[list[int]], epochs: int, steps_per_epoch: int,
     """``train.profile_steps`` -> the training calls to profile and the steps they hold.
 
     Keras's TensorBoard callback counts calls: ``ceil(steps_per_epoch / per_call)``
-    an epoch, of ``per_call`` steps but an epoch's last (shorter with the custom
-    loop when ``per_call`` does not divide the epoch). The custom loop's calls
+    an epoch, of ``per_call`` steps but an epoch's last (shorter when ``per_call``
+    does not divide the epoch: :func:`tfgpu.training.loops.fit.fit_calls`). The custom loop's calls
     shortened at run time (over :data:`~tfgpu.training.loops.custom.MAX_CALL_SECONDS`)
     move the later ones: the calls named are then profiled, not these steps.
 
@@ -217,7 +221,7 @@ class Trainer:
         """Training steps per call and why (:func:`resolve_steps_per_execution`; 1 for ``fit`` on several workers)."""
         cfg, steps = self.cfg, self.pipes.steps_per_epoch
         setting = cfg.train.steps_per_execution
-        per_call, reason = resolve_steps_per_execution(setting, steps, cfg.train.loop)
+        per_call, reason = resolve_steps_per_execution(setting, steps, cfg.train.loop, self.info.plan.backend)
         if cfg.train.loop == "fit" and self.info.plan.num_workers > 1:
             # Keras's several-steps-per-call loop (a tf.while_loop over get_next_as_optional) fails under
             # MultiWorkerMirroredStrategy with "You must feed a value for placeholder tensor
@@ -229,12 +233,22 @@ class Trainer:
             return 1, ("loop: fit on several workers: 1 (Keras's multi-step loop fails under "
                        "MultiWorkerMirroredStrategy)")
         if setting != "auto" and per_call < min(int(setting), steps):
-            warn(f"train.steps_per_execution: {setting} runs {per_call} steps per call with loop: fit, the largest "
-                 f"divisor of the epoch's {steps} steps up to {setting} (a fit call that did not divide the epoch "
-                 "would run into the next one); loop: custom runs any number")
+            warn(f"train.steps_per_execution: {setting} runs {per_call} steps per call with loop: fit on JAX, the "
+                 f"largest divisor of the epoch's {steps} steps up to {setting} (a fit call that did not divide the "
+                 "epoch would run into the next one); backend: tensorflow or loop: custom runs any number")
         return per_call, reason
 
     # Facts -------------------------------------------------------------------------------------------------------
+
+    @property
+    def input(self) -> Optional[str]:
+        """How the training batches reach the replicas (:mod:`tfgpu.training.loops.feed`), or ``None`` on JAX
+        (Keras's own data path)."""
+        if self.info.plan.backend == "jax":
+            return None
+        import tensorflow as tf  # noqa: PLC0415
+
+        return Feed.of(self.info.strategy or tf.distribute.get_strategy()).describe
 
     @property
     def train_samples(self) -> int:
@@ -265,6 +279,7 @@ class Trainer:
             "steps_per_epoch": pipes.steps_per_epoch,
             "steps_per_execution": self.per_call,
             "steps_per_execution_reason": self.per_call_reason,
+            "input": self.input,
             "lr_scaling": plan.lr_scaling,
             "learning_rate": self.learning_rate,
             "lr_schedule": self.schedule.to_dict() if self.schedule is not None else None,

@@ -61,6 +61,25 @@ def failed_file(exc: BaseException, under: Path) -> Optional[Path]:
     return None
 
 
+def note_file(exc: OSError) -> None:
+    """Give ``exc`` (an ``OSError`` naming no file) the ``filename`` of the object whose method raised it.
+
+    For a failed write inside a Keras callback (``CSVLogger`` writes ``metrics.csv`` through a file object,
+    whose errors name no file): call it where the exception passes through tfgpu's code, before Keras's
+    traceback filter (``keras.config.disable_traceback_filtering``) drops Keras's frames, the callback's
+    among them; :func:`failed_file` then reads the name.
+    """
+    import traceback  # noqa: PLC0415
+
+    if exc.filename:
+        return
+    for frame, _ in reversed(list(traceback.walk_tb(exc.__traceback__))):
+        name = getattr(frame.f_locals.get("self"), "filename", None)
+        if isinstance(name, str):
+            exc.filename = name
+            return
+
+
 def _size(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if n < 1024 or unit == "TiB":

@@ -22,15 +22,18 @@ class Job:
             (:attr:`tfgpu.data.pipeline.Pipelines.train_epochs`).
         validation: a finite dataset of global batches, read once per epoch, or ``None``.
         epochs: passes over the training set.
-        steps_per_epoch: batches in one pass (a multiple of the model's ``steps_per_execution``).
+        steps_per_epoch: batches in one pass (on JAX's ``fit``, a multiple of the model's ``steps_per_execution``).
         validation_steps: batches in ``validation``.
         strategy: the ``tf.distribute.Strategy`` (the custom loop).
         optimizer: the optimizer (the custom loop; a ``LossScaleOptimizer`` under ``mixed_float16``).
         loss: a per-example ``keras.losses.Loss`` (``reduction=None``; the custom loop).
         metrics, val_metrics: Keras metrics for training and validation (the custom loop).
-        steps_per_execution: training steps per ``tf.function`` call (the custom loop; ``fit``'s is compiled in).
+        steps_per_execution: the most training steps per ``tf.function`` call (the custom loop; ``fit``'s is compiled in).
         jit_compile: compile each replica's step with XLA (the custom loop).
         terminate_on_nan: stop when the loss becomes NaN or infinite.
+        feed: how the batches reach the replicas (:class:`tfgpu.training.loops.feed.Feed`); ``None``: the way
+            :meth:`~tfgpu.training.loops.feed.Feed.of` chooses for the strategy (``benchmarks/loop_overhead.py``
+            sets the other, to measure what it costs).
     """
 
     model: Any
@@ -47,6 +50,7 @@ class Job:
     steps_per_execution: int = 1
     jit_compile: bool = False
     terminate_on_nan: bool = True
+    feed: Any = None
 
 
 @dataclass

@@ -5,7 +5,9 @@ global batch and scales it with ``tf.nn.compute_average_loss`` so that the
 gradients summed across replicas are the global-batch mean.
 
 Speed: ``steps_per_execution`` steps run inside one ``tf.function`` call (a
-``tf.range`` loop over the distributed iterator), so Python runs once per call,
+``tf.range`` loop over the run's iterator: on CPU replicas a plain one, each
+replica taking its rows in the step, else tf.distribute's distributed iterator;
+:mod:`tfgpu.training.loops.feed`), so Python runs once per call,
 not once per step. The loss and metrics are Keras metric objects updated on
 each replica and read on the host once per epoch: nothing is copied to the host
 per step. Each function is traced once; the counts are returned.
@@ -25,6 +27,7 @@ from typing import Any
 
 from ...utils.console import warn
 from . import Job, check_loss, epoch_line, epoch_stats, format_epoch, keep_iterators
+from .feed import Feed
 
 #: The longest a training call should take, in seconds. A stop signal is handled at the
 #: next call boundary and a checkpoint saved before the process exits; Slurm kills a job
@@ -131,9 +134,9 @@ def train_custom(job: Job, callbacks: list, progress: str, start: tuple[int, int
     # down per epoch (0.1-0.4 s each on 2 CPU cores, measured).
     first_epoch, first_step = start
     skip = first_epoch * steps_per_epoch + first_step
-    train_batches = iter(strategy.experimental_distribute_dataset(job.train_epochs(epochs, skip)))
-    val_batches = (iter(strategy.experimental_distribute_dataset(val.repeat(epochs - first_epoch)))
-                   if val is not None else None)
+    feed = job.feed or Feed.of(strategy)  # on CPU replicas a plain iterator, each replica taking its rows in the step
+    train_batches = feed.iterator(job.train_epochs(epochs, skip))
+    val_batches = feed.iterator(val.repeat(epochs - first_epoch)) if val is not None else None
     scales_loss = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
     with strategy.scope():
         loss_tracker = keras.metrics.Mean(name="loss")
@@ -176,7 +179,7 @@ def train_custom(job: Job, callbacks: list, progress: str, start: tuple[int, int
 
         def run(iterator: Any, steps: Any) -> None:
             for _ in tf.range(steps):
-                strategy.run(replica_fn, args=next(iterator))
+                strategy.run(replica_fn, args=feed.args(next(iterator)))
 
         return tf.function(run)
 
