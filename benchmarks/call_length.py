@@ -1,92 +1,110 @@
-"""What bounded steps per call cost: tfgpu's loops with the new `auto` against the old one, in one process.
+"""Steps per call against the epoch's length: tfgpu's `auto` against longer calls, both loops, in one process.
 
-    TFGPU_DATA_DIR=../shared/data python benchmarks/call_length.py REPLICAS ROUNDS EPOCHS STEPS
-    e.g. ... call_length.py 1 6 5 178     # 128 per replica on one replica: fit 2 vs 89, custom 32 vs 89
-         ... call_length.py 2 6 5 89      # two logical CPUs, a prime step count: fit 1 vs 89, custom 32 vs 89
+    TFGPU_DATA_DIR=../shared/data python benchmarks/call_length.py
+    ... call_length.py --replicas 2 --steps 89,128 --rounds 5 --epochs 4
 
-`train.steps_per_execution: auto` was the smallest divisor of the epoch's steps from 32 up
-(178 steps: 89, a prime count: the whole epoch); it is now at most 32 (fit: the largest
-divisor up to 32, custom: 32 with a shorter last call and calls timed). Each variant trains the
-seed CNN on STEPS batches of 128 x REPLICAS MNIST training images with tfgpu's own loops
-(`tfgpu.training.loops.fit.train_fit`, `tfgpu.training.loops.custom.train_custom`) under OneDeviceStrategy or a
-MirroredStrategy over logical CPUs (ReductionToOneDevice, as tfgpu plans it); runs of EPOCHS
-epochs, the variants interleaved run by run (A B C D A B C D ...) so drifts of a shared machine
-hit them alike, each run's first epoch dropped (it traces). Prints each run's steady samples/s
-and, per variant, the median and min-max.
+`train.steps_per_execution: auto` is at most 32 steps a call, an epoch's last call the steps left, in
+both loops (fit's calls once had to divide the epoch: 178 steps ran 2 a call, a prime count 1). For
+each epoch length in STEPS (default: 89 and 97, primes; 128, a power of two; 177, odd; 178, 2 x 89),
+each loop trains the seed CNN on STEPS x 128 x REPLICAS real MNIST training images (128 per replica)
+with tfgpu's own loops (`tfgpu.training.loops.fit.train_fit`, `tfgpu.training.loops.custom.train_custom`)
+and tfgpu's in-memory pipeline (`tfgpu.data.pipeline.build_pipelines`), under a MirroredStrategy over
+REPLICAS logical CPUs, at three call lengths: `auto`, 64 and the whole epoch in one call (the longest
+call, which the old rule gave a prime count before calls were bounded). The runs are interleaved run by
+run (every variant once per round) so drifts of a shared machine hit them alike; each run's first epoch
+is dropped (it traces). Prints each variant's median steady samples/s and min-max, and a table: per epoch
+length and loop, `auto`'s speed over the best call length's (the target: at least 0.9).
 """
 
 from __future__ import annotations
 
+import argparse
+import math
 import os
 import statistics
-import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 
-def main(replicas: int, rounds: int, epochs: int, steps: int) -> None:
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--replicas", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument("--steps", default="89,97,128,177,178", help="epoch lengths in steps, comma-separated")
+    args = parser.parse_args()
+
     import numpy as np
     import tensorflow as tf
 
-    if replicas > 1:
+    if args.replicas > 1:
         cpu = tf.config.list_physical_devices("CPU")[0]
-        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * replicas)
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * args.replicas)
     import keras
 
+    from tfgpu.config.schema import DataConfig
+    from tfgpu.data.base import Data, DataSpec, Split
+    from tfgpu.data.pipeline import build_pipelines
     from tfgpu.training.loops import Epochs, Job, epoch_stats_callback
     from tfgpu.training.loops.custom import train_custom
     from tfgpu.training.loops.fit import train_fit
     from tfgpu.training.trainer import resolve_steps_per_execution
 
+    from floor import seed_cnn  # benchmarks/floor.py: the seed recipe's CNN
+
     with np.load(os.path.join(os.environ.get("TFGPU_DATA_DIR", "../shared/data"), "mnist", "mnist.npz")) as f:
-        x, y = f["x_train"], f["y_train"]
-    global_batch = 128 * replicas
-    n = steps * global_batch
-    x, y = (x[:n, :, :, None] / 255.0).astype("float32"), y[:n].astype("int64")
-    strategy = (tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(replicas)],
-                                               cross_device_ops=tf.distribute.ReductionToOneDevice())
-                if replicas > 1 else tf.distribute.OneDeviceStrategy("/cpu:0"))
-    batches = tf.data.Dataset.from_tensor_slices((x, y)).batch(global_batch).cache()
-    options = tf.data.Options()  # as tfgpu's in-memory pipelines (tfgpu.data.pipeline.options)
-    options.autotune.enabled = False
-    options.experimental_optimization.apply_default_optimizations = False
-
-    def train_epochs(count: int, skip: int = 0):
-        return batches.repeat(count).skip(skip).prefetch(tf.data.AUTOTUNE).with_options(options)
-
-    def seed_cnn():
-        return keras.Sequential([keras.Input((28, 28, 1)), keras.layers.Conv2D(16, 3, activation="relu"),
-                                 keras.layers.MaxPooling2D(), keras.layers.Conv2D(32, 3, activation="relu"),
-                                 keras.layers.MaxPooling2D(), keras.layers.Flatten(),
-                                 keras.layers.Dense(10, activation="softmax")])
+        images, labels = f["x_train"], f["y_train"]
+    global_batch = 128 * args.replicas
+    strategy = tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(args.replicas)])
+    spec = DataSpec(kind="mnist", source="mnist.npz", sample_shape=(28, 28), x_dtype="uint8", add_channel=True,
+                    rescale=1 / 255, num_classes=10, label_dtype="uint8")
 
     variants = []
-    for loop in ("fit", "custom"):
-        old = next(d for d in range(min(32, steps), steps + 1) if steps % d == 0)  # the old rule
-        variants += [(loop, "new", resolve_steps_per_execution("auto", steps, loop)[0]), (loop, "old", old)]
-    print("steps per epoch", steps, "variants (loop, rule, steps per call):", variants, flush=True)
+    pipes = {}
+    for steps in (int(s) for s in args.steps.split(",")):
+        n = min(steps * global_batch, len(images))
+        assert math.ceil(n / global_batch) == steps, f"{steps} steps of {global_batch} need more than {len(images)} images"
+        data = Data(train=Split("train", "mnist", x=images[:n], y=labels[:n], size=n), validation=None, test=None,
+                    spec=spec)
+        pipes[steps] = build_pipelines(data, DataConfig(), global_batch, seed=42)
+        for loop in ("fit", "custom"):
+            auto = resolve_steps_per_execution("auto", steps, loop)[0]
+            variants += [(steps, loop, "auto", auto), (steps, loop, "64", min(64, steps)),
+                         (steps, loop, "whole epoch", steps)]
     rates: dict = {v: [] for v in variants}
     keras.utils.set_random_seed(1)
-    for r in range(rounds):
-        for loop, rule, per_call in variants:
+    for r in range(args.rounds):
+        for variant in variants:
+            steps, loop, _, per_call = variant
             with strategy.scope():
                 model = seed_cnn()
                 optimizer = keras.optimizers.Adam()
-                model.compile(optimizer, "sparse_categorical_crossentropy", steps_per_execution=per_call)
-                optimizer.build(model.trainable_variables)
+                model.compile(optimizer, "sparse_categorical_crossentropy", metrics=["accuracy"],
+                              steps_per_execution=per_call)
                 loss = keras.losses.SparseCategoricalCrossentropy(reduction=None)
+                metrics = [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
             record = Epochs()
-            job = Job(model=model, train_epochs=train_epochs, validation=None, epochs=epochs, steps_per_epoch=steps,
-                      strategy=strategy, optimizer=optimizer, loss=loss, steps_per_execution=per_call,
-                      terminate_on_nan=False)
-            (train_fit if loop == "fit" else train_custom)(job, [epoch_stats_callback(n, record)], "none")
+            job = Job(model=model, train_epochs=pipes[steps].train_epochs, validation=None, epochs=args.epochs,
+                      steps_per_epoch=steps, strategy=strategy, optimizer=optimizer, loss=loss, metrics=metrics,
+                      steps_per_execution=per_call, terminate_on_nan=False)
+            samples = steps * global_batch
+            (train_fit if loop == "fit" else train_custom)(job, [epoch_stats_callback(samples, record)], "none",
+                                                           max_call_seconds=1e9)
             got = [row["samples_per_second"] for row in record.rows[1:]]
-            rates[(loop, rule, per_call)] += got
-            print(r, loop, rule, per_call, [round(g) for g in got], flush=True)
-    for (loop, rule, per_call), got in rates.items():
-        print(f"{loop} {rule} ({per_call} per call): median {statistics.median(got):,.0f} samples/s, "
-              f"min-max {min(got):,.0f}-{max(got):,.0f}, {len(got)} epochs")
+            rates[variant] += got
+            print(r, *variant, [round(g) for g in got], flush=True)
+    print(f"\n{args.replicas} replica(s) x 128 per replica, {args.rounds} rounds of {args.epochs} epochs "
+          "(the first dropped); median steady samples/s (min-max)\n")
+    print("| steps per epoch | loop | auto (steps a call) | 64 a call | whole epoch in one call | auto / best |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for steps in pipes:
+        for loop in ("fit", "custom"):
+            row = [v for v in variants if v[0] == steps and v[1] == loop]
+            med = {v[2]: statistics.median(rates[v]) for v in row}
+            cells = [f"{statistics.median(rates[v]):,.0f} ({min(rates[v]):,.0f}-{max(rates[v]):,.0f})" for v in row]
+            cells[0] += f" ({row[0][3]}{', last ' + str(steps % row[0][3]) if steps % row[0][3] else ''})"
+            print(f"| {steps} | {loop} | " + " | ".join(cells) + f" | {med['auto'] / max(med.values()):.3f} |")
 
 
 if __name__ == "__main__":
-    main(*(int(a) for a in sys.argv[1:5]))
+    main()

@@ -26,28 +26,10 @@ import keras
 
 from timing import Clock, report
 
-parser = argparse.ArgumentParser()
-parser.add_argument("--replicas", type=int, default=1)
-parser.add_argument("--batch-per-replica", type=int, default=4096)
-parser.add_argument("--epochs", type=int, default=10)
-parser.add_argument("--seed", type=int, default=42)
-parser.add_argument("--jit", action="store_true", help="compile each replica's forward and backward pass with XLA")
-parser.add_argument("--policy", default="float32", help="Keras dtype policy, e.g. mixed_bfloat16")
-args = parser.parse_args()
 
-if args.replicas > 1:
-    cpu = tf.config.list_physical_devices("CPU")[0]
-    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * args.replicas)
-keras.utils.set_random_seed(args.seed)
-keras.mixed_precision.set_global_policy(args.policy)
-
-data = np.load(os.path.join(os.environ["TFGPU_DATA_DIR"], "mnist", "mnist.npz"))
-samples = len(data["x_train"])
-strategy = tf.distribute.MirroredStrategy([d.name for d in tf.config.list_logical_devices("CPU")][:args.replicas])
-global_batch = args.batch_per_replica * strategy.num_replicas_in_sync
-steps_per_epoch = math.ceil(samples / global_batch)
-with strategy.scope():
-    model = keras.Sequential([
+def seed_cnn():
+    """The seed recipe's CNN (recipes/mnist.yaml), as every variant builds it."""
+    return keras.Sequential([
         keras.Input((28, 28, 1)),
         keras.layers.Conv2D(16, 3, activation="relu"),
         keras.layers.MaxPooling2D(),
@@ -56,53 +38,86 @@ with strategy.scope():
         keras.layers.Flatten(),
         keras.layers.Dense(10, activation="softmax"),
     ])
-    optimizer = keras.optimizers.Adam()
-    optimizer.build(model.trainable_variables)
-    loss_fn = keras.losses.SparseCategoricalCrossentropy(reduction=None)
-    loss_tracker = keras.metrics.Mean()
-    accuracy = keras.metrics.SparseCategoricalAccuracy()
-
-# One global batch of real images (repeated if the set is smaller), staged on the replicas.
-index = np.arange(global_batch) % samples
-x = data["x_train"][index][..., None].astype("float32") / 255.0
-batch = next(iter(strategy.experimental_distribute_dataset(
-    tf.data.Dataset.from_tensors((x, data["y_train"][index])))))
 
 
-def forward_backward(x, y):
-    with tf.GradientTape() as tape:
-        pred = model(x, training=True)
-        per_example = tf.cast(loss_fn(y, pred), tf.float32)
-        loss = tf.nn.compute_average_loss(per_example)
-    return tape.gradient(loss, model.trainable_variables), per_example, pred
+def staged_steps(strategy, jit=False):
+    """``(steps(n, x, y), loss_tracker, model)``: a new seed CNN with Adam in ``strategy``'s scope, and a
+    ``tf.function`` running ``n`` training steps on the staged per-replica batch ``(x, y)`` (loss and accuracy
+    metrics updated on each replica, as the loops do)."""
+    with strategy.scope():
+        model = seed_cnn()
+        optimizer = keras.optimizers.Adam()
+        optimizer.build(model.trainable_variables)
+        loss_fn = keras.losses.SparseCategoricalCrossentropy(reduction=None)
+        loss_tracker = keras.metrics.Mean()
+        accuracy = keras.metrics.SparseCategoricalAccuracy()
+
+    def forward_backward(x, y):
+        with tf.GradientTape() as tape:
+            pred = model(x, training=True)
+            per_example = tf.cast(loss_fn(y, pred), tf.float32)
+            loss = tf.nn.compute_average_loss(per_example)
+        return tape.gradient(loss, model.trainable_variables), per_example, pred
+
+    compute = tf.function(forward_backward, jit_compile=True) if jit else forward_backward
+
+    def step(x, y):
+        grads, per_example, pred = compute(x, y)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        loss_tracker.update_state(per_example)
+        accuracy.update_state(y, pred)
+
+    @tf.function
+    def steps(n, x, y):
+        for _ in tf.range(n):
+            strategy.run(step, args=(x, y))
+
+    return steps, loss_tracker, model
 
 
-compute = tf.function(forward_backward, jit_compile=True) if args.jit else forward_backward
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--replicas", type=int, default=1)
+    parser.add_argument("--batch-per-replica", type=int, default=4096)
+    parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--jit", action="store_true", help="compile each replica's forward and backward pass with XLA")
+    parser.add_argument("--policy", default="float32", help="Keras dtype policy, e.g. mixed_bfloat16")
+    args = parser.parse_args()
+
+    if args.replicas > 1:
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * args.replicas)
+    keras.utils.set_random_seed(args.seed)
+    keras.mixed_precision.set_global_policy(args.policy)
+
+    data = np.load(os.path.join(os.environ["TFGPU_DATA_DIR"], "mnist", "mnist.npz"))
+    samples = len(data["x_train"])
+    strategy = tf.distribute.MirroredStrategy([d.name for d in tf.config.list_logical_devices("CPU")][:args.replicas])
+    global_batch = args.batch_per_replica * strategy.num_replicas_in_sync
+    steps_per_epoch = math.ceil(samples / global_batch)
+    steps, loss_tracker, model = staged_steps(strategy, args.jit)
+
+    # One global batch of real images (repeated if the set is smaller), staged on the replicas.
+    index = np.arange(global_batch) % samples
+    x = data["x_train"][index][..., None].astype("float32") / 255.0
+    batch = next(iter(strategy.experimental_distribute_dataset(
+        tf.data.Dataset.from_tensors((x, data["y_train"][index])))))
+
+    clock = Clock()
+    for epoch in range(args.epochs):
+        clock.epoch_begin()
+        steps(tf.constant(steps_per_epoch), *batch)
+        float(loss_tracker.result())  # wait for the device (a no-op on CPU, where calls are synchronous)
+        clock.step_end()
+        clock.train_end()
+    # Val accuracy does not apply to one repeated batch; the first "step" is the first call.
+    report(clock, steps_per_epoch * global_batch, None, parameters=model.count_params())
+    steady = clock.train_seconds[1:] or clock.train_seconds
+    print(f"floor: {steps_per_epoch * global_batch / sorted(steady)[len(steady) // 2]:.0f} samples/s "
+          f"({args.batch_per_replica} per replica x {strategy.num_replicas_in_sync}, XLA {'on' if args.jit else 'off'}, "
+          f"{args.policy})")
 
 
-def step(x, y):
-    grads, per_example, pred = compute(x, y)
-    optimizer.apply_gradients(zip(grads, model.trainable_variables))
-    loss_tracker.update_state(per_example)
-    accuracy.update_state(y, pred)
-
-
-@tf.function
-def steps(n, x, y):
-    for _ in tf.range(n):
-        strategy.run(step, args=(x, y))
-
-
-clock = Clock()
-for epoch in range(args.epochs):
-    clock.epoch_begin()
-    steps(tf.constant(steps_per_epoch), *batch)
-    float(loss_tracker.result())  # wait for the device (a no-op on CPU, where calls are synchronous)
-    clock.step_end()
-    clock.train_end()
-# Val accuracy does not apply to one repeated batch; the first "step" is the first call.
-report(clock, steps_per_epoch * global_batch, None, parameters=model.count_params())
-steady = clock.train_seconds[1:] or clock.train_seconds
-print(f"floor: {steps_per_epoch * global_batch / sorted(steady)[len(steady) // 2]:.0f} samples/s "
-      f"({args.batch_per_replica} per replica x {strategy.num_replicas_in_sync}, XLA {'on' if args.jit else 'off'}, "
-      f"{args.policy})")
+if __name__ == "__main__":
+    main()

@@ -107,7 +107,8 @@ def run_once(variant: str, batch: int, replicas: int, epochs: int, seed: int, wo
         first_at = s["started_at"] + s["first_step_seconds"]
         row.update(samples_per_second=s["samples_per_second"], val_accuracy=s["final_metrics"]["val_accuracy"],
                    steps_per_execution=s["steps_per_execution"], jit_compile=s["jit_compile"],
-                   train_seconds=s["train_seconds"], parameters=s["model"]["parameters"])
+                   train_seconds=s["train_seconds"], parameters=s["model"]["parameters"],
+                   startup_seconds=s.get("startup_seconds"), input=s.get("input"))
     else:
         r = json.loads(result_file.read_text())
         first_at = r["first_step_at"]
@@ -234,15 +235,22 @@ def ratios(stats: dict[str, Any]) -> dict[str, Optional[float]]:
 
 
 def targets(batch: int, stats: dict[str, Any], r: dict[str, Optional[float]]) -> list[dict[str, Any]]:
-    """The issue's targets for this configuration: what, the bound, the measured value, met or not."""
-    fit_bound = 1.0 if batch >= 4096 else 0.85
+    """The targets for this configuration: what, the bound, the measured value, met or not.
+
+    Issue 35: fit >= 0.9 and the custom loop >= 0.95 of the floor's samples/s everywhere; at 128 per replica,
+    where per-step overhead is what the plain scripts lose, fit's wall <= 0.75 x plain Keras's and the custom
+    loop's <= 0.6 x the plain GradientTape loop's. At 4096 (3-6 steps an epoch) fit's wall stays bounded by
+    plain Keras's.
+    """
+    small = batch < 4096
     rows = [
         ("tfgpu_fit samples/s >= 0.9 x floor", r["tfgpu_fit / floor samples/s"], ">=", 0.9),
-        ("tfgpu_custom samples/s >= 0.9 x floor", r["tfgpu_custom / floor samples/s"], ">=", 0.9),
-        (f"tfgpu_fit wall <= {fit_bound:g} x keras_fit", r["tfgpu_fit / keras_fit wall"], "<=", fit_bound),
+        ("tfgpu_custom samples/s >= 0.95 x floor", r["tfgpu_custom / floor samples/s"], ">=", 0.95),
+        (f"tfgpu_fit wall <= {0.75 if small else 1:g} x keras_fit", r["tfgpu_fit / keras_fit wall"], "<=",
+         0.75 if small else 1.0),
         ("tfgpu_fit val acc within 0.5 point of keras_fit", r["tfgpu_fit - keras_fit val acc (points)"], "abs<=",
          0.5),
-        ("tfgpu_custom wall <= 0.6 x plain_tape", r["tfgpu_custom / plain_tape wall"], "<=", 0.6),
+        *([("tfgpu_custom wall <= 0.6 x plain_tape", r["tfgpu_custom / plain_tape wall"], "<=", 0.6)] if small else []),
         # "within 10% of fit": the custom loop may be faster, not more than 10% slower.
         ("tfgpu_custom wall <= 1.1 x tfgpu_fit", r["tfgpu_custom / tfgpu_fit wall"], "<=", 1.10),
     ]
@@ -313,10 +321,29 @@ def markdown(report: dict[str, Any]) -> str:
     lines = markdown_header(report, "")
     for group in report["groups"].values():
         lines += markdown_group(group)
+    lines += startup_pieces(report["runs"])
     if report.get("startup"):
         lines += ["", "### Start-up (wall seconds, fresh process each)", "", "| command | seconds |", "| --- | --- |"]
         lines += [f"| `{k}` | {_fmt(v, 3)} |" for k, v in report["startup"].items()]
     return "\n".join(lines) + "\n"
+
+
+def startup_pieces(rows: list[dict[str, Any]]) -> list[str]:
+    """tfgpu's runs' ``startup_seconds`` (summary.json: the seconds to the first call's return, piece by piece),
+    median per variant and configuration, as a Markdown table (nothing for runs from before it was recorded)."""
+    pieces = ("checks", "tensorflow", "data", "model", "run_directory", "first_call")
+    keys = sorted({(x["variant"], x["batch_size_per_replica"], x["replicas"]) for x in rows
+                   if x.get("startup_seconds")}, key=lambda k: (k[0], -k[1], k[2]))
+    if not keys:
+        return []
+    lines = ["", "### tfgpu's start-up, piece by piece (summary.json `startup_seconds`, medians, seconds)", "",
+             "| variant | config | " + " | ".join(pieces) + " | sum |", "| --- " * (len(pieces) + 3) + "|"]
+    for v, b, r in keys:
+        got = [x["startup_seconds"] for x in rows if (x["variant"], x["batch_size_per_replica"], x["replicas"])
+               == (v, b, r) and x.get("startup_seconds")]
+        medians = [statistics.median(g[p] for g in got if g.get(p) is not None) for p in pieces]
+        lines.append(f"| {v} | {b}x{r} | " + " | ".join(f"{m:.2f}" for m in medians) + f" | {sum(medians):.2f} |")
+    return lines
 
 
 def main(argv: Optional[list[str]] = None) -> int:
