@@ -54,7 +54,7 @@ def main() -> None:
     from tfgpu.data.pipeline import build_pipelines
     from tfgpu.training.loops import Epochs, Job, epoch_stats_callback
     from tfgpu.training.loops.custom import train_custom
-    from tfgpu.training.loops.feed import Feed
+    from tfgpu.training.loops.replica_batches import Feed
     from tfgpu.training.loops.fit import train_fit
 
     from floor import seed_cnn, staged_steps  # benchmarks/floor.py: the same CNN and staged step

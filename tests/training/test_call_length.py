@@ -143,7 +143,7 @@ tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfigur
 import keras
 from tfgpu.training.loops import Job
 from tfgpu.training.loops.custom import train_custom
-from tfgpu.training.loops.feed import Feed
+from tfgpu.training.loops.replica_batches import Feed
 from tfgpu.training.loops.fit import train_fit
 
 class Seen(keras.layers.Layer):

@@ -67,7 +67,7 @@ def test_summary_records_the_speed_choices(runs, loop):
     reason = summary["steps_per_execution_reason"]
     assert reason.startswith("auto: at most 32 steps a call (an epoch's last call: 25)")
     assert ("a call over 5 s is shortened" in reason) == (loop == "custom")
-    # 2 logical CPUs: each replica takes its rows of a plain iterator's global batch (tfgpu.training.loops.feed)
+    # 2 logical CPUs: each replica takes its rows of a plain iterator's global batch (tfgpu.training.loops.replica_batches)
     assert summary["input"].startswith("a plain tf.data iterator of global batches")
     startup = summary["startup_seconds"]
     assert list(startup) == ["checks", "tensorflow", "data", "model", "run_directory", "first_call"]
@@ -106,7 +106,7 @@ def test_custom_loop_traces_each_step_function_once(runs):
 def test_fit_keeps_its_training_iterator_past_the_run_so_it_ends_without_a_pause(tmp_path):
     """fit's training iterators outlive the run until the next run in the process ends (or exit), when they are
     released; the custom loop's two iterators are kept the same way. On CPU replicas (here) the batches come
-    from a plain iterator of tfgpu's (tfgpu.training.loops.feed), and Keras's own distributed iterator reads a
+    from a plain iterator of tfgpu's (tfgpu.training.loops.replica_batches), and Keras's own distributed iterator reads a
     one-batch stand-in: it is still one to keep; tfgpu's validation iterator is kept with them.
 
     Destroyed when fit returns, a MirroredStrategy iterator waited for tf.data's autotuning thread: the seed

@@ -961,14 +961,16 @@ class TrainConfig(_Section):
         terminate_on_nan: stop when the loss becomes NaN
             (``keras.callbacks.TerminateOnNaN`` for ``fit``).
         steps_per_execution: training steps run in one ``tf.function``
-            call (``model.compile(steps_per_execution=...)`` for ``fit``; a
-            ``tf.range`` loop over the distributed iterator for ``custom``).
-            A most (``auto``: 32), never more than one epoch: signals, saves
-            and progress wait for a call to end. ``custom`` runs that many
-            (an epoch's last call the rest) and shortens calls that take over
-            5 s; ``fit`` the largest divisor of the epoch's step count up to
-            it (178 steps give 2, a prime 1), as Keras's calls must divide the
-            epoch (:func:`tfgpu.training.trainer.resolve_steps_per_execution`).
+            call (a ``tf.range`` loop of steps: for ``fit``, tfgpu's train
+            function over the model's ``train_step``; for ``custom``, its own
+            step). A most (``auto``: 32), never more than one epoch: signals,
+            saves and progress wait for a call to end. Both loops run that many
+            (an epoch's last call the rest); ``custom`` shortens calls that
+            take over 5 s. ``fit`` on JAX (Keras's own train function) runs the
+            largest divisor of the epoch's step count up to it (178 steps give
+            2, a prime 1), as Keras's calls must divide the epoch there, and
+            ``fit`` on several workers 1
+            (:func:`tfgpu.training.trainer.resolve_steps_per_execution`).
             Progress and batch-level callbacks see one update per call.
         profile_steps: ``[first, last]`` training steps (counted from 1 over
             the whole run) to record with TensorFlow's profiler into the

@@ -37,7 +37,7 @@ from ..utils.console import warn
 from . import callbacks as user_callbacks
 from . import checkpoint as ckpt
 from .loops import Job, epoch_stats_callback, progress_mode
-from .loops.feed import Feed
+from .loops.replica_batches import Feed
 from .loops.custom import MAX_CALL_SECONDS
 
 # train.steps_per_execution: auto. At most this many training steps per tf.function call,
@@ -242,7 +242,7 @@ class Trainer:
 
     @property
     def input(self) -> Optional[str]:
-        """How the training batches reach the replicas (:mod:`tfgpu.training.loops.feed`), or ``None`` on JAX
+        """How the training batches reach the replicas (:mod:`tfgpu.training.loops.replica_batches`), or ``None`` on JAX
         (Keras's own data path)."""
         if self.info.plan.backend == "jax":
             return None

@@ -31,9 +31,9 @@ class Job:
         steps_per_execution: the most training steps per ``tf.function`` call (the custom loop; ``fit``'s is compiled in).
         jit_compile: compile each replica's step with XLA (the custom loop).
         terminate_on_nan: stop when the loss becomes NaN or infinite.
-        feed: how the batches reach the replicas (:class:`tfgpu.training.loops.feed.Feed`); ``None``: the way
-            :meth:`~tfgpu.training.loops.feed.Feed.of` chooses for the strategy (``benchmarks/loop_overhead.py``
-            sets the other, to measure what it costs).
+        feed: how the batches reach the replicas (:class:`tfgpu.training.loops.replica_batches.Feed`);
+            ``None``: the way :meth:`~tfgpu.training.loops.replica_batches.Feed.of` chooses for the strategy
+            (``benchmarks/loop_overhead.py`` sets the other, to measure what it costs).
     """
 
     model: Any

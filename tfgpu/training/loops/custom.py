@@ -7,7 +7,7 @@ gradients summed across replicas are the global-batch mean.
 Speed: ``steps_per_execution`` steps run inside one ``tf.function`` call (a
 ``tf.range`` loop over the run's iterator: on CPU replicas a plain one, each
 replica taking its rows in the step, else tf.distribute's distributed iterator;
-:mod:`tfgpu.training.loops.feed`), so Python runs once per call,
+:mod:`tfgpu.training.loops.replica_batches`), so Python runs once per call,
 not once per step. The loss and metrics are Keras metric objects updated on
 each replica and read on the host once per epoch: nothing is copied to the host
 per step. Each function is traced once; the counts are returned.
@@ -27,7 +27,7 @@ from typing import Any
 
 from ...utils.console import warn
 from . import Job, check_loss, epoch_line, epoch_stats, format_epoch, keep_iterators
-from .feed import Feed
+from .replica_batches import Feed
 
 #: The longest a training call should take, in seconds. A stop signal is handled at the
 #: next call boundary and a checkpoint saved before the process exits; Slurm kills a job

@@ -13,7 +13,7 @@ trace. ``n`` no longer has to divide the epoch (it once did: 178 steps gave
 calls of 2, a prime count calls of 1). Keras's callbacks, logs, history,
 validation and ``stop_training`` are Keras's own.
 
-Input: that train function reads its batches the way :mod:`tfgpu.training.loops.feed`
+Input: that train function reads its batches the way :mod:`tfgpu.training.loops.replica_batches`
 chooses; on CPU replicas a plain iterator of tfgpu's, and Keras's own
 iterator then only feeds what ``fit`` reads before training (one batch, to
 build its metrics), from a one-batch stand-in. Validation: tfgpu runs the
@@ -34,7 +34,7 @@ from ...utils.console import warn
 from ...utils.files import note_file
 from . import Job, check_loss, keep_iterators, progress_callback
 from .custom import MAX_CALL_SECONDS
-from .feed import Feed
+from .replica_batches import Feed
 
 VERBOSE = {"bar": 1, "epoch": 2, "none": 0}
 
@@ -61,7 +61,7 @@ def bounded_function(model: Any, feed: Feed, step_fn: Any) -> Any:
     ``step_fn`` is the model's own ``train_step`` or ``test_step`` (so a model
     that overrides them trains and validates its way), run on every replica
     with ``strategy.run``, on the batch ``feed`` gives each replica
-    (:meth:`~tfgpu.training.loops.feed.Feed.args`); the logs are the last
+    (:meth:`~tfgpu.training.loops.replica_batches.Feed.args`); the logs are the last
     step's, each value the mean over the replicas, as Keras's own train and test
     functions reduce them (``reduction="auto"``). The step is one
     ``tf.function`` (XLA when the model is compiled with ``jit_compile``), called
@@ -99,6 +99,21 @@ def bounded_function(model: Any, feed: Feed, step_fn: Any) -> Any:
 
 
 @dataclass(frozen=True)
+class Calls:
+    """``fit``'s training calls for one ``fit`` call (:func:`epoch_calls`).
+
+    Attributes:
+        several: ``(iterator, steps) -> logs`` of the model's ``train_step`` (:func:`bounded_function`).
+        steps: steps in each epoch of the ``fit`` call.
+        source: an iterator of tfgpu's to train from; ``None``: the one Keras passes.
+    """
+
+    several: Any
+    steps: int
+    source: Any = None
+
+
+@dataclass(frozen=True)
 class Validation:
     """``fit``'s validation pass, run by tfgpu at each epoch's end (:func:`epoch_calls`).
 
@@ -113,15 +128,15 @@ class Validation:
     steps: int
 
 
-def epoch_calls(model: Any, several: Any, steps: int, callbacks: list, source: Any = None,
-                validation: Optional[Validation] = None, **params: Any) -> Any:
+def epoch_calls(model: Any, calls: Calls, callbacks: list, validation: Optional[Validation] = None,
+                **params: Any) -> Any:
     """The ``keras.callbacks.CallbackList`` for one ``fit`` call whose training calls never cross an epoch.
 
     It records the step each training call starts at (``on_train_batch_begin``,
     which Keras calls just before the call) so that ``model.train_function``,
-    set here, runs ``several`` (:func:`bounded_function` of ``train_step``) for
-    ``min(model.steps_per_execution, steps - start)`` steps (:func:`fit_calls`)
-    on ``source`` (an iterator of tfgpu's; ``None``: the one Keras passes), and
+    set here, runs ``calls.several`` (:func:`bounded_function` of ``train_step``)
+    for ``min(model.steps_per_execution, calls.steps - start)`` steps
+    (:func:`fit_calls`) on ``calls.source`` (``None``: the iterator Keras passes), and
     it hands the callbacks the call's true last step (Keras names
     ``start + steps_per_execution - 1``, past the epoch's end for a short call).
 
@@ -144,6 +159,7 @@ def epoch_calls(model: Any, several: Any, steps: int, callbacks: list, source: A
     import tensorflow as tf  # noqa: PLC0415
 
     per_call = int(model.steps_per_execution)
+    several, steps, source = calls.several, calls.steps, calls.source
     start = [0]
 
     def train_function(iterator: Any) -> Any:
@@ -220,7 +236,7 @@ def train_fit(job: Job, callbacks: list, progress: str, start: tuple[int, int] =
             ``steps_per_epoch``, so one iterator serves the whole run
             instead of a distributed iterator built every epoch (0.1-0.4 s
             each with MirroredStrategy on 2 CPU cores, measured); each global
-            batch is split across the replicas (:mod:`tfgpu.training.loops.feed`).
+            batch is split across the replicas (:mod:`tfgpu.training.loops.replica_batches`).
         callbacks: Keras callbacks (CSVLogger with ``append=True``: a resumed
             run calls fit twice).
         progress: ``"bar"``, ``"epoch"`` or ``"none"`` (:func:`~tfgpu.training.loops.progress_callback` prints the
@@ -270,9 +286,10 @@ def train_fit(job: Job, callbacks: list, progress: str, start: tuple[int, int] =
             validation = Validation(testing, feed.iterator(job.validation.repeat(end - first)), job.validation_steps)
             kept.append(validation.batches)
         if several is not None:
-            if feed is not None and feed.plain:
-                # tfgpu's train function reads a plain iterator of its own (tfgpu.training.loops.feed); fit gets
-                # the first batch, cached, for what Keras reads before training (one batch, to build its metrics)
+            if feed.plain:
+                # tfgpu's train function reads a plain iterator of its own (tfgpu.training.loops.replica_batches);
+                # fit gets the first batch, cached, for what Keras reads before training (one batch, to build its
+                # metrics)
                 source = feed.iterator(data)
                 kept.append(source)
                 data = data.take(1).cache().repeat()
@@ -282,7 +299,7 @@ def train_fit(job: Job, callbacks: list, progress: str, start: tuple[int, int] =
                 # epochs. The batches after the run's last are never trained on (a prefetch may read ahead).
                 data = data.repeat()
         # tfgpu's train function for this fit call: calls never cross an epoch (bounded); else Keras's
-        given = (epoch_calls(model, several, steps, callbacks, source, validation, verbose=VERBOSE[progress],
+        given = (epoch_calls(model, Calls(several, steps, source), callbacks, validation, verbose=VERBOSE[progress],
                              epochs=end) if several is not None else callbacks)
         # The dataset is shuffled by tf.data, so fit must not try to shuffle it.
         try:
