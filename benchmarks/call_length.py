@@ -13,7 +13,9 @@ REPLICAS logical CPUs, at three call lengths: `auto`, 64 and the whole epoch in 
 call, which the old rule gave a prime count before calls were bounded). The runs are interleaved run by
 run (every variant once per round) so drifts of a shared machine hit them alike; each run's first epoch
 is dropped (it traces). Prints each variant's median steady samples/s and min-max, and a table: per epoch
-length and loop, `auto`'s speed over the best call length's (the target: at least 0.9).
+length and loop, `auto`'s speed over the best call length's (the target: at least 0.9), by wall time and
+by the process's CPU time per sample (user + system, all threads, each epoch's: on a shared 2-core machine
+CPU time drifts far less than wall time).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import argparse
 import math
 import os
 import statistics
+import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -72,6 +75,7 @@ def main() -> None:
             variants += [(steps, loop, "auto", auto), (steps, loop, "64", min(64, steps)),
                          (steps, loop, "whole epoch", steps)]
     rates: dict = {v: [] for v in variants}
+    cpu: dict = {v: [] for v in variants}  # CPU microseconds per sample, each steady epoch
     keras.utils.set_random_seed(1)
     for r in range(args.rounds):
         for variant in variants:
@@ -84,26 +88,34 @@ def main() -> None:
                 loss = keras.losses.SparseCategoricalCrossentropy(reduction=None)
                 metrics = [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
             record = Epochs()
+            marks: list = []
+            clock = keras.callbacks.LambdaCallback(on_epoch_begin=lambda e, logs: marks.append(time.process_time()),
+                                                   on_epoch_end=lambda e, logs: marks.append(time.process_time()))
             job = Job(model=model, train_epochs=pipes[steps].train_epochs, validation=None, epochs=args.epochs,
                       steps_per_epoch=steps, strategy=strategy, optimizer=optimizer, loss=loss, metrics=metrics,
                       steps_per_execution=per_call, terminate_on_nan=False)
             samples = steps * global_batch
-            (train_fit if loop == "fit" else train_custom)(job, [epoch_stats_callback(samples, record)], "none",
-                                                           max_call_seconds=1e9)
+            (train_fit if loop == "fit" else train_custom)(job, [clock, epoch_stats_callback(samples, record)],
+                                                           "none", max_call_seconds=1e9)
             got = [row["samples_per_second"] for row in record.rows[1:]]
             rates[variant] += got
-            print(r, *variant, [round(g) for g in got], flush=True)
+            cpu[variant] += [(marks[2 * e + 1] - marks[2 * e]) / samples * 1e6 for e in range(1, args.epochs)]
+            print(r, *variant, [round(g) for g in got], [round(c, 1) for c in cpu[variant][-args.epochs + 1:]],
+                  flush=True)
     print(f"\n{args.replicas} replica(s) x 128 per replica, {args.rounds} rounds of {args.epochs} epochs "
           "(the first dropped); median steady samples/s (min-max)\n")
-    print("| steps per epoch | loop | auto (steps a call) | 64 a call | whole epoch in one call | auto / best |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print("| steps per epoch | loop | auto (steps a call) | 64 a call | whole epoch in one call | auto / best "
+          "| CPU us per sample: auto, 64, whole | auto / best, by CPU |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for steps in pipes:
         for loop in ("fit", "custom"):
             row = [v for v in variants if v[0] == steps and v[1] == loop]
             med = {v[2]: statistics.median(rates[v]) for v in row}
             cells = [f"{statistics.median(rates[v]):,.0f} ({min(rates[v]):,.0f}-{max(rates[v]):,.0f})" for v in row]
             cells[0] += f" ({row[0][3]}{', last ' + str(steps % row[0][3]) if steps % row[0][3] else ''})"
-            print(f"| {steps} | {loop} | " + " | ".join(cells) + f" | {med['auto'] / max(med.values()):.3f} |")
+            per = {v[2]: statistics.median(cpu[v]) for v in row}
+            print(f"| {steps} | {loop} | " + " | ".join(cells) + f" | {med['auto'] / max(med.values()):.3f} | "
+                  + ", ".join(f"{per[v[2]]:.1f}" for v in row) + f" | {min(per.values()) / per['auto']:.3f} |")
 
 
 if __name__ == "__main__":

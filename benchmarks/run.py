@@ -337,7 +337,7 @@ def startup_pieces(rows: list[dict[str, Any]]) -> list[str]:
     if not keys:
         return []
     lines = ["", "### tfgpu's start-up, piece by piece (summary.json `startup_seconds`, medians, seconds)", "",
-             "| variant | config | " + " | ".join(pieces) + " | sum |", "| --- " * (len(pieces) + 3) + "|"]
+             "| variant | per replica x replicas | " + " | ".join(pieces) + " | sum |", "| --- " * (len(pieces) + 3) + "|"]
     for v, b, r in keys:
         got = [x["startup_seconds"] for x in rows if (x["variant"], x["batch_size_per_replica"], x["replicas"])
                == (v, b, r) and x.get("startup_seconds")]
