@@ -10,8 +10,8 @@ steps would run into the next epoch; instead, while ``fit`` runs, the model's
 ``train_step`` on every replica, ``k`` steps a call with ``k`` a tensor, so an
 epoch's last call runs the steps left (:func:`fit_calls`) without a second
 trace. ``n`` no longer has to divide the epoch (it once did: 178 steps gave
-calls of 2, a prime count calls of 1). Keras's callbacks, logs, history,
-validation and ``stop_training`` are Keras's own.
+calls of 2, a prime count calls of 1). Keras's callbacks, logs, history and
+``stop_training`` are Keras's own; validation is run by tfgpu (below).
 
 Input: that train function reads its batches the way :mod:`tfgpu.training.loops.replica_batches`
 chooses; on CPU replicas a plain iterator of tfgpu's, and Keras's own
