@@ -213,13 +213,44 @@ def test_each_epoch_is_a_seeded_permutation_and_a_resumed_run_reads_the_same_bat
         def batches(ds):
             return [y.numpy().astype(int).tolist() for _, y in ds]
 
+        import tensorflow as tf
+        from tfgpu.training.loops.replica_batches import Blocks, block_steps, steps_function
+
+        def in_blocks(pipes, skip, block, calls):
+            # what a loop's steps see, reading blocks in calls of these lengths (a shortened call, a call that
+            # ends inside a block, a call longer than a block); each step writes its targets into the next row
+            # of a variable, in the order its updates run, as a training step updates its weights
+            left = 3 * pipes.steps_per_epoch - skip
+            rows, at = tf.Variable(tf.fill([left, pipes.global_batch], -1.0)), tf.Variable(0)
+
+            def record(batch):
+                y = batch[1]
+                rows[at.assign_add(1) - 1].assign(tf.pad(y, [[0, pipes.global_batch - tf.shape(y)[0]]],
+                                                         constant_values=-1.0))
+
+            source = Blocks(pipes.train_epochs(3, skip, block=block), pipes.global_batch)
+            several, done = steps_function(record, source), 0
+            for n in calls * left:
+                if done < left:
+                    several(source, tf.constant(min(n, left - done)))
+                    done += min(n, left - done)
+            seen = [[int(v) for v in row if v >= 0] for row in rows.numpy()]
+            return seen, several.experimental_get_tracing_count()
+
         pipes = pipelines(7)
         whole = batches(pipes.train_epochs(3))
+        spec = pipes.train.element_spec  # 28 x 28 float32 images and float32 targets: 3,140 bytes a sample
         print("RUN", json.dumps({{
             "steps": pipes.steps_per_epoch, "whole": whole,
             "resumed": {{k: batches(pipes.train_epochs(3, k)) for k in (5, 16, 21)}},
             "again": batches(pipelines(7).train_epochs(1)), "other": batches(pipelines(8).train_epochs(1)),
-            "window": batches(pipelines(7, shuffle_buffer=100).train_epochs(1))}}))
+            "window": batches(pipelines(7, shuffle_buffer=100).train_epochs(1)),
+            "blocks": [pipes.train_blocks, pipelines(7, shuffle_buffer=100).train_blocks],
+            "block_rows": [len(b) for b in batches(pipes.train_epochs(1, 3, block=5))],
+            "in_blocks": in_blocks(pipes, 0, 5, [7, 3, 32, 1, 5]),
+            "resumed_in_blocks": in_blocks(pipes, 21, 4, [6, 2]),
+            "block_steps": [block_steps(spec, 64, 32), block_steps(spec, 64, 8),
+                            block_steps(spec, 64, 32, 64 * 3140 * 3), block_steps(spec, 64, 32, 1000)]}}))
     """, TF_CPP_MIN_LOG_LEVEL="3")
     assert result.returncode == 0, result.stderr[-3000:]
     run = json.loads(result.stdout.split("RUN ", 1)[1])
@@ -231,3 +262,9 @@ def test_each_epoch_is_a_seeded_permutation_and_a_resumed_run_reads_the_same_bat
     assert all(run["resumed"][str(k)] == whole[k:] for k in (5, 16, 21))  # skipping reads what follows
     assert run["again"] == whole[:16] and run["other"] != whole[:16]  # the seed decides the order
     assert sorted(sum(run["window"], [])) == list(range(1000))  # a smaller shuffle_buffer: still each once
+    # Blocks (CPU replicas, in memory: a call's batches gathered at once) hold whole batches, an epoch's last block
+    # the rest of it; the steps see the very batches above, whatever the calls' lengths, resumed too, in one trace
+    assert run["blocks"] == [True, False]  # a shuffle window has no whole permutation to cut into blocks
+    assert run["block_rows"] == [320, 320, 168]  # from batch 3: batches 3-7, 8-12, then 13-15 (64 + 64 + 40 rows)
+    assert run["in_blocks"] == [whole, 1] and run["resumed_in_blocks"] == [whole[21:], 1]
+    assert run["block_steps"] == [32, 8, 3, 1]  # the most a call runs, the bytes allowed, at least one

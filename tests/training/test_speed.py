@@ -69,6 +69,8 @@ def test_summary_records_the_speed_choices(runs, loop):
     assert ("a call over 5 s is shortened" in reason) == (loop == "custom")
     # 2 logical CPUs: each replica takes its rows of a plain iterator's global batch (tfgpu.training.loops.replica_batches)
     assert summary["input"].startswith("a plain tf.data iterator of global batches")
+    # held in memory, a call's 32 batches are gathered at once (replica_batches.Blocks): 256 rows of 3,137 bytes
+    assert summary["input"].endswith("; held in memory, read 32 batches at a time (one gather and transform a block)")
     startup = summary["startup_seconds"]
     assert list(startup) == ["checks", "tensorflow", "data", "model", "run_directory", "first_call"]
     assert all(v > 0 for v in startup.values())

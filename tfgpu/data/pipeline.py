@@ -80,6 +80,13 @@ class Pipelines:
         steps_per_epoch, validation_steps, test_steps: batches in one pass of each (0 when absent).
         info: what was done, for the run summary: ``cache`` (per split: memory,
             file or none, with why), ``sharding`` (the auto-shard policy and why).
+        global_batch: the rows of a global batch (an epoch's last batch may have fewer).
+        train_blocks: ``train_epochs`` also takes ``block`` (an int): each element then holds the rows of
+            ``block`` consecutive global batches, in order (an epoch's last element the epoch's remaining
+            batches; the first, after ``skip``, starts at batch ``skip``), so that a loop can gather and
+            transform the batches of a whole call at once (:class:`tfgpu.training.loops.replica_batches.Blocks`).
+            Only an in-memory training split drawn in a whole permutation per epoch, without augmentation or
+            class weights, can (``False`` otherwise).
     """
 
     train: Any
@@ -90,6 +97,8 @@ class Pipelines:
     test_steps: int
     info: dict[str, Any] = field(default_factory=dict)
     train_epochs: Any = None
+    global_batch: int = 0
+    train_blocks: bool = False
 
 
 def options(policy: str = "DATA", rewrite: bool = True) -> Any:
@@ -545,7 +554,7 @@ def _in_memory(split: Split, spec: DataSpec, global_batch: int, opts: Any, train
 
     if not train:
         return gathered(tf.data.Dataset.range(n).batch(global_batch))
-    if shuffle_buffer is not None and shuffle_buffer < n:  # a window of the samples, as tf.data shuffles
+    if windowed(shuffle_buffer, n):  # a window of the samples, as tf.data shuffles
         window = tf.data.Dataset.range(n).shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
         window = window.batch(global_batch)
         return lambda epochs, skip=0: gathered(window.repeat(epochs).skip(skip))  # skipped: indices only
@@ -555,15 +564,29 @@ def _in_memory(split: Split, spec: DataSpec, global_batch: int, opts: Any, train
     index_dtype = tf.int32 if n < 2**31 else tf.int64
     steps = math.ceil(n / global_batch)
 
-    def batches_of(epoch: Any) -> Any:
-        order = tf.random.experimental.stateless_shuffle(tf.range(n, dtype=index_dtype), seed=tf.stack([key, epoch]))
-        return tf.data.Dataset.from_tensor_slices(order).batch(global_batch)
-
-    def epochs_of(epochs: int, skip: int = 0) -> Any:
+    def epochs_of(epochs: int, skip: int = 0, block: int = 1) -> Any:
         first, skip = divmod(skip, steps)  # whole epochs are not drawn; a skipped batch costs its indices only
-        return gathered(tf.data.Dataset.range(first, max(first, epochs)).flat_map(batches_of).skip(skip))
+        done = tf.constant(skip * global_batch, tf.int64)  # samples of the first epoch already trained on
+
+        def batches_of(epoch: Any) -> Any:
+            order = tf.random.experimental.stateless_shuffle(tf.range(n, dtype=index_dtype),
+                                                             seed=tf.stack([key, epoch]))
+            order = order[tf.cast(done * tf.cast(epoch == first, tf.int64), index_dtype):]
+            return tf.data.Dataset.from_tensor_slices(order).batch(global_batch * block)
+
+        indices = tf.data.Dataset.range(first, max(first, epochs)).flat_map(batches_of)
+        if block == 1:
+            return gathered(indices)
+        # A block is one call's batches: gathered one at a time, the next while the call trains (BLOCK_BYTES)
+        return indices.map(gather).prefetch(1).with_options(opts)
 
     return epochs_of
+
+
+def windowed(shuffle_buffer: Optional[int], samples: int) -> bool:
+    """Whether an in-memory training split is shuffled in a window (``data.shuffle_buffer`` below its size)
+    rather than drawn in a whole permutation each epoch."""
+    return shuffle_buffer is not None and shuffle_buffer < samples
 
 
 def _streamed(split: Split, spec: DataSpec, data_cfg: DataConfig, global_batch: int, opts: Any, train: bool,
@@ -706,5 +729,6 @@ def build_pipelines(data: Data, data_cfg: DataConfig, global_batch: int, seed: O
             ds = batches(epochs, skip).enumerate(skip).map(post, num_parallel_calls=tf.data.AUTOTUNE)
             return ds.prefetch(tf.data.AUTOTUNE).with_options(post_opts)
 
+    blocks = post is None and data.train.in_memory and not windowed(data_cfg.shuffle_buffer, len(data.train.x))
     return Pipelines(train_epochs(1), validation, test, steps, validation_steps, test_steps,
-                     {"sharding": {"policy": policy, "reason": why}, **extras}, train_epochs)
+                     {"sharding": {"policy": policy, "reason": why}, **extras}, train_epochs, global_batch, blocks)

@@ -37,7 +37,7 @@ from ..utils.console import warn
 from . import callbacks as user_callbacks
 from . import checkpoint as ckpt
 from .loops import Job, epoch_stats_callback, progress_mode
-from .loops.replica_batches import Feed
+from .loops.replica_batches import IN_BLOCKS, Feed, block_steps
 from .loops.custom import MAX_CALL_SECONDS
 
 # train.steps_per_execution: auto. At most this many training steps per tf.function call,
@@ -248,7 +248,10 @@ class Trainer:
             return None
         import tensorflow as tf  # noqa: PLC0415
 
-        return Feed.of(self.info.strategy or tf.distribute.get_strategy()).describe
+        feed, pipes = Feed.of(self.info.strategy or tf.distribute.get_strategy()), self.pipes
+        block = (block_steps(pipes.train.element_spec, pipes.global_batch, self.per_call)
+                 if feed.plain and pipes.train_blocks else 1)
+        return feed.describe + (IN_BLOCKS.format(block=block) if block > 1 else "")
 
     @property
     def train_samples(self) -> int:
@@ -433,7 +436,8 @@ class Trainer:
                    validation_steps=pipes.validation_steps, strategy=self.info.strategy, optimizer=self.optimizer,
                    loss=self.loss, metrics=self.metrics or [], val_metrics=self.val_metrics or [],
                    steps_per_execution=self.per_call, jit_compile=self.info.plan.jit_compile,
-                   terminate_on_nan=cfg.train.terminate_on_nan)
+                   terminate_on_nan=cfg.train.terminate_on_nan, global_batch=pipes.global_batch,
+                   train_blocks=pipes.train_blocks)
 
     def train(self, callbacks: list, start: ckpt.Position) -> None:
         """Train from ``start`` with ``train.loop``; stop signals are handled while it runs.

@@ -31,6 +31,10 @@ class Job:
         steps_per_execution: the most training steps per ``tf.function`` call (the custom loop; ``fit``'s is compiled in).
         jit_compile: compile each replica's step with XLA (the custom loop).
         terminate_on_nan: stop when the loss becomes NaN or infinite.
+        global_batch: rows in a global batch (0: unknown; the loops then read batch by batch).
+        train_blocks: ``train_epochs`` also takes ``block`` (:attr:`tfgpu.data.pipeline.Pipelines.train_blocks`):
+            with a plain feed the loops then read a call's batches as one block
+            (:class:`tfgpu.training.loops.replica_batches.Blocks`).
         feed: how the batches reach the replicas (:class:`tfgpu.training.loops.replica_batches.Feed`);
             ``None``: the way :meth:`~tfgpu.training.loops.replica_batches.Feed.of` chooses for the strategy
             (``benchmarks/loop_overhead.py`` sets the other, to measure what it costs).
@@ -50,6 +54,8 @@ class Job:
     steps_per_execution: int = 1
     jit_compile: bool = False
     terminate_on_nan: bool = True
+    global_batch: int = 0
+    train_blocks: bool = False
     feed: Any = None
 
 

@@ -6,7 +6,8 @@ gradients summed across replicas are the global-batch mean.
 
 Speed: ``steps_per_execution`` steps run inside one ``tf.function`` call (a
 ``tf.range`` loop over the run's iterator: on CPU replicas a plain one, each
-replica taking its rows in the step, else tf.distribute's distributed iterator;
+replica taking its rows in the step, and for a split held in memory a call's
+batches read as one block; else tf.distribute's distributed iterator;
 :mod:`tfgpu.training.loops.replica_batches`), so Python runs once per call,
 not once per step. The loss and metrics are Keras metric objects updated on
 each replica and read on the host once per epoch: nothing is copied to the host
@@ -27,7 +28,7 @@ from typing import Any
 
 from ...utils.console import warn
 from . import Job, check_loss, epoch_line, epoch_stats, format_epoch, keep_iterators
-from .replica_batches import Feed
+from .replica_batches import Blocks, Feed, steps_function
 
 #: The longest a training call should take, in seconds. A stop signal is handled at the
 #: next call boundary and a checkpoint saved before the process exits; Slurm kills a job
@@ -135,7 +136,7 @@ def train_custom(job: Job, callbacks: list, progress: str, start: tuple[int, int
     first_epoch, first_step = start
     skip = first_epoch * steps_per_epoch + first_step
     feed = job.feed or Feed.of(strategy)  # on CPU replicas a plain iterator, each replica taking its rows in the step
-    train_batches = feed.iterator(job.train_epochs(epochs, skip))
+    _, train_batches = feed.training(job, epochs, skip)  # there, in memory, a call's batches read as one block
     val_batches = feed.iterator(val.repeat(epochs - first_epoch)) if val is not None else None
     scales_loss = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
     with strategy.scope():
@@ -174,17 +175,14 @@ def train_custom(job: Job, callbacks: list, progress: str, start: tuple[int, int
         for m in val_metrics:
             m.update_state(y, pred)
 
-    def several_steps(replica_fn: Any) -> Any:
-        """``steps`` global steps in one call: ``strategy.run`` on each replica per step, no host read."""
+    def on_replicas(replica_fn: Any) -> Any:
+        """One global step: ``strategy.run`` on each replica, no host read."""
+        return lambda batch: strategy.run(replica_fn, args=feed.args(batch))
 
-        def run(iterator: Any, steps: Any) -> None:
-            for _ in tf.range(steps):
-                strategy.run(replica_fn, args=feed.args(next(iterator)))
-
-        return tf.function(run)
-
-    train_steps = several_steps(replica_train)
-    test_steps = several_steps(replica_test)
+    # ``steps`` global steps in one call (replica_batches.steps_function)
+    blocks = train_batches if isinstance(train_batches, Blocks) else None
+    train_steps = steps_function(on_replicas(replica_train), blocks)
+    test_steps = steps_function(on_replicas(replica_test))
     train_trackers = [loss_tracker, *metrics]
     val_trackers = [val_loss_tracker, *val_metrics]
     mean_over_workers = (_mean_over_workers(strategy)
@@ -250,6 +248,6 @@ def train_custom(job: Job, callbacks: list, progress: str, start: tuple[int, int
         if model.stop_training:
             break
     cbs.on_train_end(logs)
-    keep_iterators([train_batches, val_batches])  # destroyed now, they could pause the run's end for seconds
+    keep_iterators([blocks.iterator if blocks is not None else train_batches, val_batches])  # destroyed now, they could pause the run's end for seconds
     return {"train": train_steps.experimental_get_tracing_count(),
             "validation": test_steps.experimental_get_tracing_count()}

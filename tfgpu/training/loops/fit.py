@@ -14,7 +14,8 @@ calls of 2, a prime count calls of 1). Keras's callbacks, logs, history and
 ``stop_training`` are Keras's own; validation is run by tfgpu (below).
 
 Input: that train function reads its batches the way :mod:`tfgpu.training.loops.replica_batches`
-chooses; on CPU replicas a plain iterator of tfgpu's, and Keras's own
+chooses; on CPU replicas a plain iterator of tfgpu's (for a split held in memory, a call's
+batches as one block: :class:`~tfgpu.training.loops.replica_batches.Blocks`), and Keras's own
 iterator then only feeds what ``fit`` reads before training (one batch, to
 build its metrics), from a one-batch stand-in. Validation: tfgpu runs the
 model's ``test_step`` at each epoch's end from one iterator for the whole
@@ -34,7 +35,7 @@ from ...utils.console import warn
 from ...utils.files import note_file
 from . import Job, check_loss, keep_iterators, progress_callback
 from .custom import MAX_CALL_SECONDS
-from .replica_batches import Feed
+from .replica_batches import Blocks, Feed, steps_function
 
 VERBOSE = {"bar": 1, "epoch": 2, "none": 0}
 
@@ -55,8 +56,10 @@ def fit_calls(steps: int, per_call: int) -> list[int]:
     return [min(per_call, steps - begin) for begin in range(0, steps, per_call)]
 
 
-def bounded_function(model: Any, feed: Feed, step_fn: Any) -> Any:
-    """``(iterator, steps) -> logs``: ``steps`` (an int32 tensor) steps of ``step_fn`` in one call.
+def bounded_function(model: Any, feed: Feed, step_fn: Any, blocks: Optional[Blocks] = None) -> Any:
+    """``(source, steps) -> logs``: ``steps`` (an int32 tensor) steps of ``step_fn`` in one call, on the batches of
+    ``source``: an iterator, or with ``blocks`` a :class:`~tfgpu.training.loops.replica_batches.Blocks` like it
+    (:func:`~tfgpu.training.loops.replica_batches.steps_function`).
 
     ``step_fn`` is the model's own ``train_step`` or ``test_step`` (so a model
     that overrides them trains and validates its way), run on every replica
@@ -86,16 +89,7 @@ def bounded_function(model: Any, feed: Feed, step_fn: Any) -> Any:
         outputs = strategy.run(step_fn, args=(feed.args(data),))
         return tf.nest.map_structure(mean_over_replicas, outputs)
 
-    step = tf.function(one_step, reduce_retracing=True, jit_compile=bool(model.jit_compile))
-
-    @tf.function
-    def several(iterator: Any, steps: Any) -> Any:
-        logs = step(next(iterator))
-        for _ in tf.range(steps - 1):
-            logs = step(next(iterator))
-        return logs
-
-    return several
+    return steps_function(tf.function(one_step, reduce_retracing=True, jit_compile=bool(model.jit_compile)), blocks)
 
 
 @dataclass(frozen=True)
@@ -103,9 +97,10 @@ class Calls:
     """``fit``'s training calls for one ``fit`` call (:func:`epoch_calls`).
 
     Attributes:
-        several: ``(iterator, steps) -> logs`` of the model's ``train_step`` (:func:`bounded_function`).
+        several: ``(source, steps) -> logs`` of the model's ``train_step`` (:func:`bounded_function`).
         steps: steps in each epoch of the ``fit`` call.
-        source: an iterator of tfgpu's to train from; ``None``: the one Keras passes.
+        source: an iterator of tfgpu's, or its :class:`~tfgpu.training.loops.replica_batches.Blocks`, to train
+            from; ``None``: the iterator Keras passes.
     """
 
     several: Any
@@ -278,26 +273,29 @@ def train_fit(job: Job, callbacks: list, progress: str, start: tuple[int, int] =
     model = job.model
     # (JAX's models have no strategy)
     feed = (job.feed or Feed.of(model.distribute_strategy)) if bounded(model) else None
-    several = bounded_function(model, feed, model.train_step) if feed is not None else None
-    testing = bounded_function(model, feed, model.test_step) if feed is not None and job.validation else None
+    several = testing = None
     for first, end, steps, skip in calls:
         data, source, validation = job.train_epochs(epochs, skip), None, None
-        if testing is not None:  # validated by tfgpu at each epoch's end, from one iterator (epoch_calls)
-            validation = Validation(testing, feed.iterator(job.validation.repeat(end - first)), job.validation_steps)
-            kept.append(validation.batches)
-        if several is not None:
+        if feed is not None:
             if feed.plain:
-                # tfgpu's train function reads a plain iterator of its own (tfgpu.training.loops.replica_batches);
-                # fit gets the first batch, cached, for what Keras reads before training (one batch, to build its
-                # metrics)
-                source = feed.iterator(data)
-                kept.append(source)
+                # tfgpu's train function reads a plain iterator of its own (tfgpu.training.loops.replica_batches;
+                # in memory, a call's batches as one block); fit gets the first batch, cached, for what Keras
+                # reads before training (one batch, to build its metrics)
+                data, source = feed.training(job, epochs, skip)
+                kept.append(source.iterator if isinstance(source, Blocks) else source)
                 data = data.take(1).cache().repeat()
             else:
                 # Keras counts steps_per_execution steps for every call, a short one too, and stops an epoch
                 # early once that count reaches the dataset's length: without a known length it only counts
                 # epochs. The batches after the run's last are never trained on (a prefetch may read ahead).
                 data = data.repeat()
+            if several is None:  # traced once for the run (a resumed run's two fit calls read alike)
+                blocks = source if isinstance(source, Blocks) else None
+                several = bounded_function(model, feed, model.train_step, blocks)
+                testing = bounded_function(model, feed, model.test_step) if job.validation else None
+        if testing is not None:  # validated by tfgpu at each epoch's end, from one iterator (epoch_calls)
+            validation = Validation(testing, feed.iterator(job.validation.repeat(end - first)), job.validation_steps)
+            kept.append(validation.batches)
         # tfgpu's train function for this fit call: calls never cross an epoch (bounded); else Keras's
         given = (epoch_calls(model, Calls(several, steps, source), callbacks, validation, verbose=VERBOSE[progress],
                              epochs=end) if several is not None else callbacks)

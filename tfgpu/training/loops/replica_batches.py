@@ -25,11 +25,13 @@ and https://www.tensorflow.org/api_docs/python/tf/distribute/Strategy#experiment
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 
 #: ``summary.json``'s ``input`` for each way (:attr:`Feed.describe`).
 PLAIN = "a plain tf.data iterator of global batches, each replica taking its rows in the step (CPU replicas)"
 DISTRIBUTED = "tf.distribute's distributed iterator (strategy.experimental_distribute_dataset)"
+#: Added to :data:`PLAIN` when the loops read a split held in memory in :class:`Blocks`.
+IN_BLOCKS = "; held in memory, read {block} batches at a time (one gather and transform a block)"
 
 
 def reads_plainly(strategy: Any) -> bool:
@@ -100,6 +102,25 @@ class Feed:
             return iter(dataset)
         return iter(self.strategy.experimental_distribute_dataset(dataset))
 
+    def training(self, job: Any, epochs: int, skip: int) -> tuple[Any, Any]:
+        """``(dataset, source)``: ``job``'s training batches for ``epochs`` less the first ``skip``
+        (``job.train_epochs(epochs, skip)``), and what the loop reads them from: :class:`Blocks` of
+        :func:`block_steps` batches when the feed is plain and the pipeline makes blocks
+        (``job.train_blocks``) of more than one batch, else :meth:`iterator` over ``dataset``.
+
+        Args:
+            job: a :class:`tfgpu.training.loops.Job` (``train_epochs``, ``train_blocks``, ``global_batch``,
+                ``steps_per_execution``).
+            epochs: the passes in the dataset, counted from the first; skip: batches already trained on.
+        """
+        dataset = job.train_epochs(epochs, skip)
+        block = 1
+        if self.plain and job.train_blocks and job.global_batch:
+            block = block_steps(dataset.element_spec, job.global_batch, job.steps_per_execution)
+        if block > 1:
+            return dataset, Blocks(job.train_epochs(epochs, skip, block=block), job.global_batch)
+        return dataset, self.iterator(dataset)
+
     def args(self, batch: Any) -> Any:
         """A batch read from :meth:`iterator` as ``strategy.run``'s arguments: each replica's rows (in a
         ``tf.function``). A batch of tf.distribute's, or one for one replica, is passed as it is.
@@ -123,3 +144,125 @@ class Feed:
             return tf.nest.map_structure(lambda t: t[start:end], batch)
 
         return self.strategy.experimental_distribute_values_from_function(rows_of)
+
+
+#: The most bytes the rows of one block of training batches may hold (:func:`block_steps`): the loop holds the
+#: block it trains on, tf.data one more, and one being gathered (about 3 x this at most, in host memory).
+BLOCK_BYTES = 32 * 2**20
+
+
+def block_steps(element_spec: Any, global_batch: int, most: int, limit: int = BLOCK_BYTES) -> int:
+    """How many global batches one block of :class:`Blocks` holds: as many as ``limit`` bytes allow, at most
+    ``most`` (a call's steps), at least 1 (1: read batch by batch).
+
+    Args:
+        element_spec: the training dataset's ``element_spec`` (tensors of shape ``(batch, ...)``, fully known
+            past the batch axis; otherwise 1).
+        global_batch: rows in a global batch.
+        most: the most steps a call runs (``train.steps_per_execution`` resolved).
+        limit: bytes a block may hold (:data:`BLOCK_BYTES`).
+
+    E.g. MNIST's float32 images and uint8 labels at 128 rows a batch are 401,536 bytes a batch: 32 fit in
+    32 MiB, so ``block_steps(spec, 128, 32)`` is 32; at 4096 rows, 2.
+    """
+    import tensorflow as tf  # noqa: PLC0415
+
+    row = 0
+    for spec in tf.nest.flatten(element_spec):
+        if not isinstance(spec, tf.TensorSpec) or not spec.shape[1:].is_fully_defined():
+            return 1
+        row += spec.shape[1:].num_elements() * spec.dtype.size
+    return max(1, min(most, limit // max(1, row * global_batch)))
+
+
+class Blocks:
+    """One run's training batches read a block at a time: each element of the dataset holds the rows of several
+    consecutive global batches (:attr:`tfgpu.data.pipeline.Pipelines.train_blocks`), and the training call takes
+    each step's batch from the block it holds, reading the next block when that one is used up.
+
+    Why: a batch read from a ``tf.data`` iterator costs a ``get_next`` and, in memory, a gather and a transform
+    (about 6 % of the seed CNN's step at 128 rows on 2 CPU cores: docs/benchmarks.md, "Where the time went"); a
+    block pays them once for a call's batches. The steps see the same batches in the same order either way.
+    Only with a plain feed (:class:`Feed`, CPU replicas): a distributed iterator would split a block among the
+    replicas. What a call has not used of its block is kept for the next call (:attr:`block`, :attr:`taken`).
+
+    Attributes:
+        iterator: the iterator over the blocks.
+        global_batch: rows in a global batch (the last batch of an epoch, at the end of its block, may have fewer).
+        block: the block being read (at first an empty one), a structure of tensors of shape ``(rows, ...)``.
+        taken: how many of its batches the steps have taken (an int32 scalar tensor).
+    """
+
+    def __init__(self, dataset: Any, global_batch: int) -> None:
+        import tensorflow as tf  # noqa: PLC0415
+
+        self.iterator = iter(dataset)
+        self.global_batch = global_batch
+        self.element_spec = dataset.element_spec
+        self.spec = tf.nest.map_structure(lambda s: tf.TensorSpec([None, *s.shape[1:]], s.dtype),
+                                          dataset.element_spec)
+        self.block = tf.nest.map_structure(lambda s: tf.zeros([0, *s.shape[1:]], s.dtype), self.spec)
+        self.taken = tf.constant(0, tf.int32)
+
+
+def steps_function(step: Any, blocks: Optional[Blocks] = None) -> Any:
+    """``(source, steps) -> logs``: ``steps`` (an int32 tensor, at least 1) calls of ``step(batch)`` in one
+    ``tf.function`` call, each on the next global batch of ``source``; ``logs`` is the last call's return.
+
+    Args:
+        step: ``batch -> logs`` (traced; ``batch`` a global batch as :meth:`Feed.iterator` yields them; logs
+            ``None`` are returned as an int32 0).
+        blocks: a :class:`Blocks` (``source`` is then one like it: the same element spec and global batch,
+            e.g. a resumed run's rest of an epoch and its later epochs); ``None``: ``source`` is an iterator
+            of global batches.
+
+    A call of any length is one trace: the step count is a tensor.
+    """
+    import tensorflow as tf  # noqa: PLC0415
+
+    given = step
+
+    def step(batch: Any) -> Any:  # (a loop cannot carry None: a step without logs gives 0)
+        logs = given(batch)
+        return tf.zeros([], tf.int32) if logs is None else logs
+
+    if blocks is None:
+        @tf.function
+        def several(iterator: Any, steps: Any) -> Any:
+            logs = step(next(iterator))
+            for _ in tf.range(steps - 1):
+                logs = step(next(iterator))
+            return logs
+
+        return several
+
+    rows_each = blocks.global_batch
+
+    def next_batch(iterator: Any, block: Any, taken: Any) -> tuple[Any, Any, Any]:
+        if taken * rows_each >= tf.shape(tf.nest.flatten(block)[0])[0]:  # used up: the next block
+            block = next(iterator)
+            taken = tf.zeros_like(taken)
+        start = taken * rows_each
+        end = tf.minimum(start + rows_each, tf.shape(tf.nest.flatten(block)[0])[0])
+        return block, taken + 1, tf.nest.map_structure(lambda t: t[start:end], block)
+
+    def read(iterator: Any, steps: Any, block: Any, taken: Any) -> Any:
+        block, taken, batch = next_batch(iterator, block, taken)
+        logs = step(batch)
+        for _ in tf.range(steps - 1):
+            tf.autograph.experimental.set_loop_options(
+                shape_invariants=[(block, tf.nest.map_structure(lambda s: s.shape, blocks.spec))])
+            block, taken, batch = next_batch(iterator, block, taken)
+            logs = step(batch)
+        return logs, block, taken
+
+    traced = tf.function(read, input_signature=[tf.data.IteratorSpec(blocks.element_spec),
+                                                tf.TensorSpec([], tf.int32), blocks.spec,
+                                                tf.TensorSpec([], tf.int32)])
+
+    def several(source: Blocks, steps: Any) -> Any:
+        logs, source.block, source.taken = traced(source.iterator, steps, source.block, source.taken)
+        return logs
+
+    several.experimental_get_tracing_count = traced.experimental_get_tracing_count  # as a tf.function's
+    return several
