@@ -37,39 +37,28 @@ def main() -> None:
     parser.add_argument("--steps", default="89,97,128,177,178", help="epoch lengths in steps, comma-separated")
     args = parser.parse_args()
 
-    import numpy as np
     import tensorflow as tf
 
-    if args.replicas > 1:
-        cpu = tf.config.list_physical_devices("CPU")[0]
-        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * args.replicas)
+    from floor import in_memory_pipelines, mnist_arrays, seed_cnn, split_cpu  # benchmarks/floor.py
+
+    split_cpu(args.replicas)
     import keras
 
-    from tfgpu.config.schema import DataConfig
-    from tfgpu.data.base import Data, DataSpec, Split
-    from tfgpu.data.pipeline import build_pipelines
     from tfgpu.training.loops import Epochs, Job, epoch_stats_callback
     from tfgpu.training.loops.custom import train_custom
     from tfgpu.training.loops.fit import train_fit
     from tfgpu.training.trainer import resolve_steps_per_execution
 
-    from floor import seed_cnn  # benchmarks/floor.py: the seed recipe's CNN
-
-    with np.load(os.path.join(os.environ.get("TFGPU_DATA_DIR", "../shared/data"), "mnist", "mnist.npz")) as f:
-        images, labels = f["x_train"], f["y_train"]
+    images, labels, _, _ = mnist_arrays()
     global_batch = 128 * args.replicas
     strategy = tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(args.replicas)])
-    spec = DataSpec(kind="mnist", source="mnist.npz", sample_shape=(28, 28), x_dtype="uint8", add_channel=True,
-                    rescale=1 / 255, num_classes=10, label_dtype="uint8")
 
     variants = []
     pipes = {}
     for steps in (int(s) for s in args.steps.split(",")):
         n = min(steps * global_batch, len(images))
         assert math.ceil(n / global_batch) == steps, f"{steps} steps of {global_batch} need more than {len(images)} images"
-        data = Data(train=Split("train", "mnist", x=images[:n], y=labels[:n], size=n), validation=None, test=None,
-                    spec=spec)
-        pipes[steps] = build_pipelines(data, DataConfig(), global_batch, seed=42)
+        pipes[steps] = in_memory_pipelines(images[:n], labels[:n], global_batch)
         for loop in ("fit", "custom"):
             auto = resolve_steps_per_execution("auto", steps, loop)[0]
             variants += [(steps, loop, "auto", auto), (steps, loop, "64", min(64, steps)),
@@ -93,7 +82,8 @@ def main() -> None:
                                                    on_epoch_end=lambda e, logs: marks.append(time.process_time()))
             job = Job(model=model, train_epochs=pipes[steps].train_epochs, validation=None, epochs=args.epochs,
                       steps_per_epoch=steps, strategy=strategy, optimizer=optimizer, loss=loss, metrics=metrics,
-                      steps_per_execution=per_call, terminate_on_nan=False)
+                      steps_per_execution=per_call, terminate_on_nan=False, global_batch=global_batch,
+                      train_blocks=pipes[steps].train_blocks)  # as tfgpu's loops read them (replica_batches)
             samples = steps * global_batch
             (train_fit if loop == "fit" else train_custom)(job, [clock, epoch_stats_callback(samples, record)],
                                                            "none", max_call_seconds=1e9)

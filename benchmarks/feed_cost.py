@@ -36,30 +36,20 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=32, help="steps a call")
     parser.add_argument("--calls", type=int, default=100, help="timed calls of each variant")
     args = parser.parse_args()
-    import numpy as np
     import tensorflow as tf
 
-    if args.replicas > 1:
-        cpu = tf.config.list_physical_devices("CPU")[0]
-        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * args.replicas)
+    from floor import in_memory_pipelines, mnist_arrays, seed_cnn, split_cpu
+
+    split_cpu(args.replicas)
     import keras
 
-    from tfgpu.config.schema import DataConfig
-    from tfgpu.data.base import Data, DataSpec, Split
-    from tfgpu.data.pipeline import build_pipelines
     from tfgpu.training.loops.replica_batches import Blocks, Feed, block_steps, steps_function
 
-    from floor import seed_cnn
-
-    with np.load(os.path.join(os.environ.get("TFGPU_DATA_DIR", "../shared/data"), "mnist", "mnist.npz")) as f:
-        x, y = f["x_train"], f["y_train"]
+    x, y, _, _ = mnist_arrays()
     global_batch = args.batch_per_replica * args.replicas
     strategy = tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(args.replicas)])
     feed = Feed.of(strategy)
-    spec = DataSpec(kind="mnist", source="mnist.npz", sample_shape=(28, 28), x_dtype="uint8", add_channel=True,
-                    rescale=1 / 255, num_classes=10, label_dtype="uint8")
-    data = Data(train=Split("train", "mnist", x=x, y=y, size=len(x)), validation=None, test=None, spec=spec)
-    pipes = build_pipelines(data, DataConfig(), global_batch, seed=42)
+    pipes = in_memory_pipelines(x, y, global_batch)
     epochs = math.ceil((args.calls + 2) * args.steps / pipes.steps_per_epoch) + 1
     block = block_steps(pipes.train.element_spec, global_batch, args.steps)
 

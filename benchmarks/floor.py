@@ -40,6 +40,34 @@ def seed_cnn():
     ])
 
 
+def split_cpu(replicas):
+    """Make ``replicas`` logical CPUs of the machine's one (before TensorFlow initialises its devices)."""
+    if replicas > 1:
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * replicas)
+
+
+def mnist_arrays():
+    """``(x_train, y_train, x_test, y_test)``: $TFGPU_DATA_DIR/mnist/mnist.npz (uint8 images and labels)."""
+    with np.load(os.path.join(os.environ.get("TFGPU_DATA_DIR", "../shared/data"), "mnist", "mnist.npz")) as f:
+        return f["x_train"], f["y_train"], f["x_test"], f["y_test"]
+
+
+def in_memory_pipelines(x, y, global_batch, validation=None):
+    """tfgpu's in-memory pipelines (``tfgpu.data.pipeline.build_pipelines``) over MNIST-shaped uint8 arrays, as
+    ``tfgpu run recipes/mnist.yaml`` builds them (seed 42); ``validation``: ``(x, y)`` of a validation split."""
+    from tfgpu.config.schema import DataConfig
+    from tfgpu.data.base import Data, DataSpec, Split
+    from tfgpu.data.pipeline import build_pipelines
+
+    spec = DataSpec(kind="mnist", source="mnist.npz", sample_shape=(28, 28), x_dtype="uint8", add_channel=True,
+                    rescale=1 / 255, num_classes=10, label_dtype="uint8")
+    held = None if validation is None else Split("validation", "test", x=validation[0], y=validation[1],
+                                                 size=len(validation[0]))
+    data = Data(train=Split("train", "mnist", x=x, y=y, size=len(x)), validation=held, test=None, spec=spec)
+    return build_pipelines(data, DataConfig(), global_batch, seed=42)
+
+
 def staged_steps(strategy, jit=False):
     """``(steps(n, x, y), loss_tracker, model)``: a new seed CNN with Adam in ``strategy``'s scope, and a
     ``tf.function`` running ``n`` training steps on the staged per-replica batch ``(x, y)`` (loss and accuracy

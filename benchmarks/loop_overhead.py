@@ -9,7 +9,7 @@ epochs on the real MNIST training images, the first epoch dropped (it traces):
 | variant | what |
 | --- | --- |
 | floor | the seed CNN's step on one batch staged on the replicas, in a `tf.range` loop (as `floor.py`) |
-| custom | `tfgpu.training.loops.custom.train_custom` over tfgpu's in-memory pipeline, the feed tfgpu chooses |
+| custom | `tfgpu.training.loops.custom.train_custom` over tfgpu's in-memory pipeline, the feed tfgpu chooses (CPU replicas: in blocks) |
 | custom_distributed | the same with tf.distribute's distributed iterator (`Feed(strategy, plain=False)`) |
 | fit | `tfgpu.training.loops.fit.train_fit`, the feed tfgpu chooses |
 | fit_distributed | the same with tf.distribute's distributed iterator |
@@ -41,34 +41,23 @@ def main() -> None:
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--validation", action="store_true")
     args = parser.parse_args()
-    import numpy as np
     import tensorflow as tf
 
-    if args.replicas > 1:
-        cpu = tf.config.list_physical_devices("CPU")[0]
-        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * args.replicas)
+    from floor import in_memory_pipelines, mnist_arrays, seed_cnn, split_cpu, staged_steps  # benchmarks/floor.py
+
+    split_cpu(args.replicas)
     import keras
 
-    from tfgpu.config.schema import DataConfig
-    from tfgpu.data.base import Data, DataSpec, Split
-    from tfgpu.data.pipeline import build_pipelines
     from tfgpu.training.loops import Epochs, Job, epoch_stats_callback
     from tfgpu.training.loops.custom import train_custom
     from tfgpu.training.loops.replica_batches import Feed
     from tfgpu.training.loops.fit import train_fit
 
-    from floor import seed_cnn, staged_steps  # benchmarks/floor.py: the same CNN and staged step
-
-    with np.load(os.path.join(os.environ.get("TFGPU_DATA_DIR", "../shared/data"), "mnist", "mnist.npz")) as f:
-        x, y, x_test, y_test = f["x_train"], f["y_train"], f["x_test"], f["y_test"]
+    x, y, x_test, y_test = mnist_arrays()
     n, global_batch = len(x), args.batch_per_replica * args.replicas
     steps, per_call = math.ceil(n / global_batch), min(32, math.ceil(n / global_batch))
     strategy = tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(args.replicas)])
-    spec = DataSpec(kind="mnist", source="mnist.npz", sample_shape=(28, 28), x_dtype="uint8", add_channel=True,
-                    rescale=1 / 255, num_classes=10, label_dtype="uint8")
-    validation = Split("validation", "test", x=x_test, y=y_test, size=len(x_test)) if args.validation else None
-    data = Data(train=Split("train", "mnist", x=x, y=y, size=n), validation=validation, test=None, spec=spec)
-    pipes = build_pipelines(data, DataConfig(), global_batch, seed=42)
+    pipes = in_memory_pipelines(x, y, global_batch, (x_test, y_test) if args.validation else None)
 
     def floor() -> list[tuple[float, float]]:
         steps_of, tracker, _ = staged_steps(strategy)
@@ -110,8 +99,8 @@ def main() -> None:
         job = Job(model=model, train_epochs=pipes.train_epochs, validation=pipes.validation, epochs=args.epochs,
                   steps_per_epoch=steps, validation_steps=pipes.validation_steps, strategy=strategy,
                   optimizer=optimizer, loss=loss, metrics=metrics, val_metrics=val_metrics,
-                  steps_per_execution=per_call, terminate_on_nan=False,
-                  feed=Feed(strategy, plain=False) if how == "distributed" else None)
+                  steps_per_execution=per_call, terminate_on_nan=False, global_batch=global_batch,
+                  train_blocks=pipes.train_blocks, feed=Feed(strategy, plain=False) if how == "distributed" else None)
         (train_fit if loop == "fit" else train_custom)(job, [epoch_stats_callback(n, record), clock], "none",
                                                        max_call_seconds=1e9)
         return [(r["samples_per_second"], c) for r, c in zip(record.rows[1:], clock.rows[1:])]

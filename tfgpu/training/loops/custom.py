@@ -248,6 +248,7 @@ def train_custom(job: Job, callbacks: list, progress: str, start: tuple[int, int
         if model.stop_training:
             break
     cbs.on_train_end(logs)
-    keep_iterators([blocks.iterator if blocks is not None else train_batches, val_batches])  # destroyed now, they could pause the run's end for seconds
+    # destroyed now, they could pause the run's end for seconds
+    keep_iterators([blocks.iterator if blocks is not None else train_batches, val_batches])
     return {"train": train_steps.experimental_get_tracing_count(),
             "validation": test_steps.experimental_get_tracing_count()}
