@@ -37,7 +37,7 @@ from ..utils.console import warn
 from . import callbacks as user_callbacks
 from . import checkpoint as ckpt
 from .loops import Job, epoch_stats_callback, progress_mode
-from .loops.replica_batches import IN_BLOCKS, Feed, block_steps
+from .loops.replica_batches import Feed
 from .loops.custom import MAX_CALL_SECONDS
 
 # train.steps_per_execution: auto. At most this many training steps per tf.function call,
@@ -249,9 +249,7 @@ class Trainer:
         import tensorflow as tf  # noqa: PLC0415
 
         feed, pipes = Feed.of(self.info.strategy or tf.distribute.get_strategy()), self.pipes
-        block = (block_steps(pipes.train.element_spec, pipes.global_batch, self.per_call)
-                 if feed.plain and pipes.train_blocks else 1)
-        return feed.describe + (IN_BLOCKS.format(block=block) if block > 1 else "")
+        return feed.said(feed.block(pipes.train_blocks, pipes.train.element_spec, pipes.global_batch, self.per_call))
 
     @property
     def train_samples(self) -> int:

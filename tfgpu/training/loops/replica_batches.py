@@ -102,6 +102,17 @@ class Feed:
             return iter(dataset)
         return iter(self.strategy.experimental_distribute_dataset(dataset))
 
+    def block(self, blocks: bool, element_spec: Any, global_batch: int, most: int) -> int:
+        """The global batches the loops read at a time: :func:`block_steps` when the feed is plain and the
+        pipeline makes blocks (``blocks``: :attr:`tfgpu.data.pipeline.Pipelines.train_blocks`), else 1."""
+        if not (self.plain and blocks and global_batch):
+            return 1
+        return block_steps(element_spec, global_batch, most)
+
+    def said(self, block: int) -> str:
+        """:attr:`describe`, with how many batches a block holds when the loops read ``block`` at a time."""
+        return self.describe + (IN_BLOCKS.format(block=block) if block > 1 else "")
+
     def training(self, job: Any, epochs: int, skip: int) -> tuple[Any, Any]:
         """``(dataset, source)``: ``job``'s training batches for ``epochs`` less the first ``skip``
         (``job.train_epochs(epochs, skip)``), and what the loop reads them from: :class:`Blocks` of
@@ -114,9 +125,7 @@ class Feed:
             epochs: the passes in the dataset, counted from the first; skip: batches already trained on.
         """
         dataset = job.train_epochs(epochs, skip)
-        block = 1
-        if self.plain and job.train_blocks and job.global_batch:
-            block = block_steps(dataset.element_spec, job.global_batch, job.steps_per_execution)
+        block = self.block(job.train_blocks, dataset.element_spec, job.global_batch, job.steps_per_execution)
         if block > 1:
             return dataset, Blocks(job.train_epochs(epochs, skip, block=block), job.global_batch)
         return dataset, self.iterator(dataset)
