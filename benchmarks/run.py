@@ -28,8 +28,10 @@ Order: repeat 1 runs every (batch, replicas) and every variant, then repeat 2, .
 (A B C D E A B C D E ...), so slow drifts of the machine hit every variant alike.
 Reported per variant: medians and min-max of whole-run wall time (launch to exit),
 time to the first finished training call (launch to its return), steady-state
-training samples/s (median of the epochs after the first, validation excluded) and
-final validation accuracy; then the ratios tfgpu / baseline and the targets.
+training samples/s (median of the epochs after the first, validation excluded), the
+fastest of those epochs ("best epoch": noise on a shared host only slows an epoch, so the
+floor targets are stated on it, as timeit's documentation advises its minimum) and final
+validation accuracy; then the ratios tfgpu / baseline and the targets.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ ROOT = HERE.parent
 VARIANTS = ("keras_fit", "tfgpu_fit", "plain_tape", "tfgpu_custom", "floor")
 #: The hand-written scripts tfgpu is measured against: a crash of one of them is retried once.
 BASELINES = ("keras_fit", "plain_tape", "floor")
-METRICS = ("wall_seconds", "first_step_seconds", "samples_per_second", "val_accuracy")
+METRICS = ("wall_seconds", "first_step_seconds", "samples_per_second", "best_samples_per_second", "val_accuracy")
 
 
 def tfgpu_command() -> list[str]:
@@ -105,7 +107,9 @@ def run_once(variant: str, batch: int, replicas: int, epochs: int, seed: int, wo
         summaries = list(out.glob("*/summary.json"))
         s = json.loads(summaries[0].read_text())
         first_at = s["started_at"] + s["first_step_seconds"]
+        steady = s["train_seconds"][1:] or s["train_seconds"]
         row.update(samples_per_second=s["samples_per_second"], val_accuracy=s["final_metrics"]["val_accuracy"],
+                   best_samples_per_second=max(s["data"]["train_samples"] / t for t in steady),
                    steps_per_execution=s["steps_per_execution"], jit_compile=s["jit_compile"],
                    train_seconds=s["train_seconds"], parameters=s["model"]["parameters"],
                    startup_seconds=s.get("startup_seconds"), input=s.get("input"))
@@ -113,6 +117,7 @@ def run_once(variant: str, batch: int, replicas: int, epochs: int, seed: int, wo
         r = json.loads(result_file.read_text())
         first_at = r["first_step_at"]
         row.update(samples_per_second=r["samples_per_second"], val_accuracy=r["val_accuracy"],
+                   best_samples_per_second=r["best_samples_per_second"],
                    train_seconds=r["train_seconds"], parameters=r.get("parameters"))
     row["first_step_seconds"] = first_at - launched
     shutil.rmtree(out, ignore_errors=True)
@@ -226,6 +231,10 @@ def ratios(stats: dict[str, Any]) -> dict[str, Optional[float]]:
         "tfgpu_fit / floor samples/s": _ratio(m("tfgpu_fit", "samples_per_second"), m("floor", "samples_per_second")),
         "tfgpu_custom / floor samples/s": _ratio(m("tfgpu_custom", "samples_per_second"),
                                                  m("floor", "samples_per_second")),
+        "tfgpu_fit / floor best epoch": _ratio(m("tfgpu_fit", "best_samples_per_second"),
+                                               m("floor", "best_samples_per_second")),
+        "tfgpu_custom / floor best epoch": _ratio(m("tfgpu_custom", "best_samples_per_second"),
+                                                  m("floor", "best_samples_per_second")),
         "keras_fit / floor samples/s": _ratio(m("keras_fit", "samples_per_second"), m("floor", "samples_per_second")),
         "plain_tape / floor samples/s": _ratio(m("plain_tape", "samples_per_second"),
                                                m("floor", "samples_per_second")),
@@ -237,15 +246,17 @@ def ratios(stats: dict[str, Any]) -> dict[str, Optional[float]]:
 def targets(batch: int, stats: dict[str, Any], r: dict[str, Optional[float]]) -> list[dict[str, Any]]:
     """The targets for this configuration: what, the bound, the measured value, met or not.
 
-    Issue 35: fit >= 0.9 and the custom loop >= 0.95 of the floor's samples/s everywhere; at 128 per replica,
+    Issue 35: fit >= 0.9 and the custom loop >= 0.95 of the floor's samples/s everywhere (each run's fastest
+    steady epoch, median over the repeats: on a shared host noise only slows a run, and identical runs of the
+    floor differ by a fifth in their median epoch, docs/benchmarks.md "Noise"); at 128 per replica,
     where per-step overhead is what the plain scripts lose, fit's wall <= 0.75 x plain Keras's and the custom
     loop's <= 0.6 x the plain GradientTape loop's. At 4096 (3-6 steps an epoch) fit's wall stays bounded by
     plain Keras's.
     """
     small = batch < 4096
     rows = [
-        ("tfgpu_fit samples/s >= 0.9 x floor", r["tfgpu_fit / floor samples/s"], ">=", 0.9),
-        ("tfgpu_custom samples/s >= 0.95 x floor", r["tfgpu_custom / floor samples/s"], ">=", 0.95),
+        ("tfgpu_fit samples/s >= 0.9 x floor (best epoch)", r["tfgpu_fit / floor best epoch"], ">=", 0.9),
+        ("tfgpu_custom samples/s >= 0.95 x floor (best epoch)", r["tfgpu_custom / floor best epoch"], ">=", 0.95),
         (f"tfgpu_fit wall <= {0.75 if small else 1:g} x keras_fit", r["tfgpu_fit / keras_fit wall"], "<=",
          0.75 if small else 1.0),
         ("tfgpu_fit val acc within 0.5 point of keras_fit", r["tfgpu_fit - keras_fit val acc (points)"], "abs<=",
@@ -285,19 +296,24 @@ def markdown_header(report: dict[str, Any], first_step: str) -> list[str]:
         "",
         f"{report['repeats']} repeats, {report['epochs']} epochs, seed {report['seed']}; medians with min-max in "
         f"brackets. Wall: launch to exit. First step: launch to the return of the first training call{first_step}. "
-        "Samples/s: training only (validation excluded), median of the epochs after the first.",
+        "Samples/s: training only (validation excluded), median of the epochs after the first; best epoch: the "
+        "fastest of them (the floor targets are stated on it: noise on a shared host only slows an epoch).",
     ]
 
 
 def markdown_group(group: dict[str, Any], heading: str = "###") -> list[str]:
     """One configuration's tables: the variants, then the ratios and the targets."""
     b, r = group["batch_size_per_replica"], group["replicas"]
+    best = any(s.get("best_samples_per_second") for s in group["variants"].values())  # (not in sources.py's)
     lines = ["", f"{heading} {b} per replica x {r} replica{'s' if r > 1 else ''} (global batch {b * r})", "",
-             "| variant | wall s | first step s | samples/s | val acc | failed | crashed, run again |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+             "| variant | wall s | first step s | samples/s |" + (" best epoch samples/s |" if best else "")
+             + " val acc | failed | crashed, run again |",
+             "| --- " * (7 + best) + "|"]
     for v, s in group["variants"].items():
         lines.append(f"| {v} | {_fmt(s['wall_seconds'], 1)} | {_fmt(s['first_step_seconds'], 2)} | "
-                     f"{_fmt(s['samples_per_second'], 0)} | {_fmt(s['val_accuracy'], 4)} | "
+                     f"{_fmt(s['samples_per_second'], 0)} | "
+                     + (f"{_fmt(s.get('best_samples_per_second'), 0)} | " if best else "")
+                     + f"{_fmt(s['val_accuracy'], 4)} | "
                      f"{s['failed']}/{s['runs']} | {s.get('crashed', 0)} |")
     crashes = {v: s.get("crashed", 0) for v, s in group["variants"].items() if s.get("crashed")}
     if crashes:

@@ -188,6 +188,8 @@ def test_benchmark_harness_writes_the_table_json_and_ratios_and_survives_a_crash
         else:  # plain Keras's own SIGSEGV, once at most (else the run failed)
             assert stats["crashed"] <= (1 if name == "keras_fit" else 0), (name, stats)
         assert stats["samples_per_second"]["median"] > 0
+        # one run each: its fastest steady epoch is at least its median one (2 epochs: the one steady epoch)
+        assert stats["best_samples_per_second"]["median"] == pytest.approx(stats["samples_per_second"]["median"])
         assert 0 < stats["first_step_seconds"]["median"] < stats["wall_seconds"]["median"]
         if name != "floor":
             assert stats["val_accuracy"]["median"] > 0.3
@@ -196,10 +198,13 @@ def test_benchmark_harness_writes_the_table_json_and_ratios_and_survives_a_crash
     assert group["ratios"]["tfgpu_fit / keras_fit wall"] > 0
     assert len(group["parameters"]) == 1 and group["parameters"][0] > 0  # the same model everywhere
     assert len(group["targets"]) == 6
+    assert group["targets"][1]["target"] == "tfgpu_custom samples/s >= 0.95 x floor (best epoch)"
+    assert group["targets"][1]["measured"] == pytest.approx(group["ratios"]["tfgpu_custom / floor best epoch"])
     assert set(report["startup"]) == {"tfgpu --help", "tfgpu plan recipes/mnist.yaml", 'python -c "import tfgpu"',
                                       'python -c "import tensorflow"'}
     text = (out / "results.md").read_text()
     assert "| tfgpu_fit |" in text and "| target | measured | met |" in text and report["machine"]["cores"]
+    assert "| samples/s | best epoch samples/s |" in text
     assert "### Start-up" in text and "Crashed and run again" in text and "plain_tape 1x" in text
 
 
