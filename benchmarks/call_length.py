@@ -15,7 +15,8 @@ run (every variant once per round) so drifts of a shared machine hit them alike;
 is dropped (it traces). Prints each variant's median steady samples/s and min-max, and a table: per epoch
 length and loop, `auto`'s speed over the best call length's (the target: at least 0.9), by wall time and
 by the process's CPU time per sample (user + system, all threads, each epoch's: on a shared 2-core machine
-CPU time drifts far less than wall time).
+CPU time drifts far less than wall time), and `auto` over the whole-epoch call paired by round (each
+round's two runs, seconds apart: the host's drift hits them alike), per row and over all rows per loop.
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ def main() -> None:
             variants += [(steps, loop, "auto", auto), (steps, loop, "64", min(64, steps)),
                          (steps, loop, "whole epoch", steps)]
     rates: dict = {v: [] for v in variants}
+    runs: dict = {v: [] for v in variants}  # each round's median steady samples/s
     cpu: dict = {v: [] for v in variants}  # CPU microseconds per sample, each steady epoch
     keras.utils.set_random_seed(1)
     for r in range(args.rounds):
@@ -89,14 +91,16 @@ def main() -> None:
                                                            "none", max_call_seconds=1e9)
             got = [row["samples_per_second"] for row in record.rows[1:]]
             rates[variant] += got
+            runs[variant].append(statistics.median(got))
             cpu[variant] += [(marks[2 * e + 1] - marks[2 * e]) / samples * 1e6 for e in range(1, args.epochs)]
             print(r, *variant, [round(g) for g in got], [round(c, 1) for c in cpu[variant][-args.epochs + 1:]],
                   flush=True)
     print(f"\n{args.replicas} replica(s) x 128 per replica, {args.rounds} rounds of {args.epochs} epochs "
           "(the first dropped); median steady samples/s (min-max)\n")
     print("| steps per epoch | loop | auto (steps a call) | 64 a call | whole epoch in one call | auto / best "
-          "| CPU us per sample: auto, 64, whole | auto / best, by CPU |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+          "| CPU us per sample: auto, 64, whole | auto / best, by CPU | auto / whole, paired by round |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    paired: dict = {"fit": [], "custom": []}  # auto / whole epoch, the two runs of the same round
     for steps in pipes:
         for loop in ("fit", "custom"):
             row = [v for v in variants if v[0] == steps and v[1] == loop]
@@ -104,8 +108,16 @@ def main() -> None:
             cells = [f"{statistics.median(rates[v]):,.0f} ({min(rates[v]):,.0f}-{max(rates[v]):,.0f})" for v in row]
             cells[0] += f" ({row[0][3]}{', last ' + str(steps % row[0][3]) if steps % row[0][3] else ''})"
             per = {v[2]: statistics.median(cpu[v]) for v in row}
+            pairs = [a / w for a, w in zip(runs[row[0]], runs[row[2]])]
+            paired[loop] += pairs
             print(f"| {steps} | {loop} | " + " | ".join(cells) + f" | {med['auto'] / max(med.values()):.3f} | "
-                  + ", ".join(f"{per[v[2]]:.1f}" for v in row) + f" | {min(per.values()) / per['auto']:.3f} |")
+                  + ", ".join(f"{per[v[2]]:.1f}" for v in row) + f" | {min(per.values()) / per['auto']:.3f} | "
+                  + f"{statistics.median(pairs):.3f} |")
+    # Paired within a round, the drift of a shared host (seconds to tens of seconds) hits both runs alike.
+    for loop, pairs in paired.items():
+        quartiles = statistics.quantiles(pairs, n=4) if len(pairs) > 1 else pairs * 3
+        print(f"\n{loop}: auto / whole epoch paired by round, {len(pairs)} pairs: median {statistics.median(pairs):.3f}"
+              f" (quartiles {quartiles[0]:.2f}-{quartiles[2]:.2f})")
 
 
 if __name__ == "__main__":
