@@ -178,7 +178,8 @@ def train_custom(job: Job, callbacks: list, progress: str, start: tuple[int, int
     def on_replicas(replica_fn: Any) -> Any:
         """One global step: ``strategy.run`` on each replica, no host read. Not converted by AutoGraph, as
         Keras's own ``train_step`` is not (its Python branches are on Python values; converting the step, the
-        model's call and the loss cost 0.2-0.3 s of the first epoch at every start, measured)."""
+        model's call and the loss cost 0.1-0.3 s at the first training call and as much at the first
+        validation call, at every start, measured)."""
         return tf.autograph.experimental.do_not_convert(lambda batch: strategy.run(replica_fn, args=feed.args(batch)))
 
     # ``steps`` global steps in one call (replica_batches.steps_function)
