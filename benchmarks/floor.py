@@ -113,14 +113,12 @@ def main():
     parser.add_argument("--policy", default="float32", help="Keras dtype policy, e.g. mixed_bfloat16")
     args = parser.parse_args()
 
-    if args.replicas > 1:
-        cpu = tf.config.list_physical_devices("CPU")[0]
-        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * args.replicas)
+    split_cpu(args.replicas)
     keras.utils.set_random_seed(args.seed)
     keras.mixed_precision.set_global_policy(args.policy)
 
-    data = np.load(os.path.join(os.environ["TFGPU_DATA_DIR"], "mnist", "mnist.npz"))
-    samples = len(data["x_train"])
+    x_train, y_train, _, _ = mnist_arrays()
+    samples = len(x_train)
     strategy = tf.distribute.MirroredStrategy([d.name for d in tf.config.list_logical_devices("CPU")][:args.replicas])
     global_batch = args.batch_per_replica * strategy.num_replicas_in_sync
     steps_per_epoch = math.ceil(samples / global_batch)
@@ -128,9 +126,8 @@ def main():
 
     # One global batch of real images (repeated if the set is smaller), staged on the replicas.
     index = np.arange(global_batch) % samples
-    x = data["x_train"][index][..., None].astype("float32") / 255.0
-    batch = next(iter(strategy.experimental_distribute_dataset(
-        tf.data.Dataset.from_tensors((x, data["y_train"][index])))))
+    x = x_train[index][..., None].astype("float32") / 255.0
+    batch = next(iter(strategy.experimental_distribute_dataset(tf.data.Dataset.from_tensors((x, y_train[index])))))
 
     clock = Clock()
     for epoch in range(args.epochs):
