@@ -20,12 +20,16 @@ from .common import CONTEXT, handle_errors, set_option_with
               help="Diagnose the facts in FILE (from 'tfgpu doctor --json' or 'tfgpu devices --json') "
                    "instead of this machine.")
 @click.option("--no-tensorflow", is_flag=True, help="Do not start TensorFlow (skips the TensorFlow checks).")
+@click.option("--smoke", is_flag=True,
+              help="Also run a short real check on the devices RECIPE trains on: a known step on each device, "
+                   "all-reduce exact sums over all of them and each pair with every cross-device ops that can work, "
+                   "and copy bandwidth per pair against the link NVML reports.")
 @click.option("--log", "show_log", is_flag=True,
               help="Also print TensorFlow's start-up log, each line with whether 'tfgpu run' shows it at the "
                    "config's tensorflow.log_level and why it is harmless where that is known.")
 @handle_errors
 def doctor(recipe: str | None, overrides: tuple[str, ...], as_json: bool, quiet: bool, strict: bool,
-           facts_file: str | None, no_tensorflow: bool, show_log: bool) -> None:
+           facts_file: str | None, no_tensorflow: bool, smoke: bool, show_log: bool) -> None:
     """Find out why TensorFlow does not see or use the GPU, and how to fix it.
 
     Checks the platform, the NVIDIA driver and NVML, CUDA_VISIBLE_DEVICES, the
@@ -38,6 +42,10 @@ def doctor(recipe: str | None, overrides: tuple[str, ...], as_json: bool, quiet:
     a TensorFlow that is not installed. It names TensorFlow's start-up errors
     that are known to be harmless (--log: every start-up line, explained).
     Exits 9 when it finds an error.
+
+    --smoke applies RECIPE's device settings in this process and checks that
+    the devices really compute and all-reduce right (docs/doctor.md, "Smoke
+    test"): each failure is an error with its fix in tfgpu's keys.
     """
     from ..config import load_config  # noqa: PLC0415
     from ..devices.doctor import Finding, describe_startup_log, diagnose, report, startup_lines  # noqa: PLC0415
@@ -54,15 +62,31 @@ def doctor(recipe: str | None, overrides: tuple[str, ...], as_json: bool, quiet:
     facts = (load_facts(facts_file, "--facts") if facts_file
              else gather_facts(tensorflow=not no_tensorflow, jax=jax))
     findings = diagnose(facts, config) + findings_pre
+    smoke_report = None
+    if smoke:
+        from ..devices.smoke import smoke_config, verdicts  # noqa: PLC0415
+
+        if config is None:
+            findings.append(Finding("smoke", "error", "Smoke test", "not run: the config above could not be loaded.",
+                                    "fix the config, then run 'tfgpu doctor --smoke' again."))
+        else:
+            smoke_report = smoke_config(config)
+            findings += verdicts(smoke_report)
     errors = sum(f.level == "error" for f in findings)
     warnings = sum(f.level == "warning" for f in findings)
     if as_json:
         data = {"errors": errors, "warnings": warnings, "findings": [f.to_dict() for f in findings],
                 "facts": facts.to_dict()}
+        if smoke_report is not None:
+            data["smoke"] = smoke_report.to_dict()
         if show_log:
             data["startup_log"] = startup_lines(facts, config)
         click.echo(json.dumps(data, indent=2, default=str))
     else:
+        if smoke_report is not None and not quiet:
+            from ..devices.smoke import describe  # noqa: PLC0415
+
+            click.echo(describe(smoke_report))
         text = report(findings, quiet=quiet)
         if text:
             click.echo(text)
