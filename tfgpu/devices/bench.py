@@ -381,6 +381,42 @@ def _matmul_row(device: str, n: int, repeats: int) -> MatmulRow:
     return MatmulRow(device, n, count, Timing(tuple(t / count for t in timing.times_ms)))
 
 
+def record_cpu_peak(rows: Sequence[MatmulRow], by: str = "tfgpu bench matmul") -> Optional[float]:
+    """Record the best CPU GFLOP/s of ``rows`` at a size of at least
+    :data:`~tfgpu.devices.peaks.CPU_PEAK_SIZE` as this CPU's peak for MFU
+    (:func:`tfgpu.devices.peaks.write_cpu_peak`), when it beats the recorded one; in FLOP/s, ``None`` when no row
+    is a CPU's of that size (small matrices do not reach the CPU's peak)."""
+    from .peaks import CPU_PEAK_SIZE, read_cpu_peak, write_cpu_peak  # noqa: PLC0415
+
+    cpu = [r for r in rows if "CPU" in r.device.upper() and r.size >= CPU_PEAK_SIZE]
+    if not cpu:
+        return None
+    best = max(cpu, key=lambda r: r.gflops)
+    known = read_cpu_peak()
+    if known is not None and known[0] >= best.gflops * 1e9:
+        return known[0]
+    write_cpu_peak(best.gflops * 1e9, f"{by}: float32 {best.size} x {best.size} matmul on {best.device}, "
+                                      f"median of {len(best.per_matmul.times_ms)}")
+    return best.gflops * 1e9
+
+
+def cpu_peak_flops(repeats: int = 3) -> tuple[float, str]:
+    """This CPU's peak for MFU, FLOP/s: the figure ``tfgpu bench matmul`` recorded, else one measured now
+    (a float32 1024 x 1024 matmul on ``/cpu:0``, about a second on 2 cores) and recorded. TensorFlow must be set up.
+
+    Returns:
+        ``(FLOP/s, where it came from)``.
+    """
+    from .peaks import CPU_PEAK_SIZE, read_cpu_peak  # noqa: PLC0415
+
+    known = read_cpu_peak()
+    if known is not None:
+        return known
+    row = _matmul_row("/cpu:0", CPU_PEAK_SIZE, repeats)
+    record_cpu_peak([row], by="measured by tfgpu run as tfgpu bench matmul does")
+    return read_cpu_peak() or (row.gflops * 1e9, f"measured now: float32 {CPU_PEAK_SIZE} x {CPU_PEAK_SIZE} on /cpu:0")
+
+
 def bench_logging(steps: int = 1000, size: int = 100, repeats: int = 5,
                   device: Optional[str] = None) -> LoggingResult:
     """Log the Frobenius norm of each of ``steps`` matmuls: to the host per step, or on the device.
