@@ -14,6 +14,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -121,6 +122,10 @@ EXTRA_IMPORTS = {"jax": ("jax", "jaxlib", "scipy"), "plots": ("matplotlib",),
 BASE_INSTALL = Path(__file__).resolve().parent / "base_install"
 
 
+#: The ``XDG_CACHE_HOME`` of the processes tests start (:func:`child_env`), kept between sessions.
+TEST_CACHE = Path(tempfile.gettempdir()) / f"tfgpu-test-cache-{os.getuid()}"
+
+
 def child_env(*, needs: tuple[str, ...] = (), **extra: str) -> dict[str, str]:
     """The environment of a process a test starts: no tfgpu, CUDA, TF, Keras, XLA or JAX variable of this
     process, the offline data root, and the base install's imports (:data:`OPTIONAL_IMPORTS` hidden except
@@ -129,6 +134,7 @@ def child_env(*, needs: tuple[str, ...] = (), **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TFGPU_", "CUDA_", "TF_", "KERAS_", "XLA_", "JAX_"))}
     env["TFGPU_DATA_DIR"] = str(data_dir())
     env["PYTHONUNBUFFERED"] = "1"
+    env["XDG_CACHE_HOME"] = str(TEST_CACHE)  # tfgpu's caches (the CPU's matmul peak): not the user's ~/.cache
     env.update(extra)
     visible = {name for need in needs for name in EXTRA_IMPORTS.get(need, (need,))}
     env["BASE_INSTALL_HIDES"] = ",".join(name for name in OPTIONAL_IMPORTS if name not in visible)

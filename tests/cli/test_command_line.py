@@ -130,13 +130,15 @@ def test_a_real_run_prints_rounded_epoch_lines_and_keeps_full_values(two_replica
     for line, row in zip(lines, rows):
         assert re.fullmatch(r"Epoch \d/2 - (\w+: \d\.\d{4} - ){4}learning_rate: [\d.e+-]+ - epoch_seconds: [\d.]+ - "
                             r"train_seconds: [\d.]+ - "
-                            r"samples_per_second: \d+", line), line
+                            r"samples_per_second: \d+ - input wait: \d+% - MFU: [\d.]+% - CPU: \d+%", line), line
         assert re.search(r"\bloss: ", line) and "val_accuracy: " in line, line  # the metrics keep Keras's 4 decimals
         seconds = re.search(r"epoch_seconds: ([\d.]+)", line).group(1)
         assert len(seconds.replace(".", "").lstrip("0")) <= 3, line  # 2-3 significant digits
         assert len(row["samples_per_second"].partition(".")[2]) > 3  # the file keeps the full value
         assert float(row["samples_per_second"]) == pytest.approx(
             float(re.search(r"samples_per_second: (\d+)", line).group(1)), abs=0.5)
+        assert float(row["mfu_percent"]) == pytest.approx(float(re.search(r"MFU: ([\d.]+)%", line).group(1)),
+                                                          rel=5e-3)  # 3 significant digits
     assert "warning: no GPU is visible" not in result.stdout + result.stderr  # a note for plan, not a warning here
 
 

@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -75,8 +76,11 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     keep = ("status", "recipe", "epochs", "final_metrics", "wall_seconds")
     (out["old"] / "summary.json").write_text(json.dumps({k: summary[k] for k in keep}))
     (out["old"] / "config.resolved.yaml").rename(out["old"] / "config.yaml")
+    # ... with GPU figures per epoch, as a run on GPUs records them (this machine has none)
+    gpu_rows = [{**row, "gpu_utilization_percent": util, "gpu_memory_peak_mib": memory}
+                for row, util, memory in zip(_summary(out["jax"])["epochs"], (10.0, 80.0, 90.0), (2048.0, 12083.0, 11000.0))]
     _edit_summary(out["jax"], backend="jax", strategy=None, strategy_devices=["cpu:0", "cpu:1"], num_replicas=2,
-                  logical_devices=["cpu:0", "cpu:1"], started_at=started + 3)
+                  logical_devices=["cpu:0", "cpu:1"], started_at=started + 3, epochs=gpu_rows)
     (out["fast"] / "checkpoint" / "summary.json").parent.mkdir(exist_ok=True)  # a run's own folder: not entered
     (out["fast"] / "checkpoint" / "summary.json").write_text("{}")
     (out["fast"] / "checkpoint" / "config.yaml").write_text("{}")
@@ -119,7 +123,7 @@ def test_runs_lists_every_run_directory_with_its_figures(runs):
     rows = _table(result.stdout)
     assert result.stdout.startswith("6 runs under runs, oldest first:")
     assert rows["RUN"] == ["RUN", "STATUS", "RECIPE", "STARTED", "EPOCHS", "METRIC", "BEST", "FINAL", "WALL",
-                           "SAMPLES/S", "DEVICES"]
+                           "SAMPLES/S", "MFU", "WAIT", "GPU", "DEVICES"]
     fast, slow = runs["fast"].name, runs["slow"].name
     failed = f"sweep/trials/{runs['failed'].name}"
     # By start time (the copies were given later ones; "old" has none: its summary.json's time, the latest);
@@ -139,16 +143,20 @@ def test_runs_lists_every_run_directory_with_its_figures(runs):
         assert cells[7] == f"{final:.4f}"
         assert cells[8] == f"{summary['wall_seconds']:.1f}s"
         assert cells[9] == f"{summary['samples_per_second']:.0f}"
-        assert cells[10] == "1 CPU"
+        # the device figures: the median MFU and input wait of the epochs after the first; no GPU here
+        steady = summary["epochs"][1:]
+        assert cells[10] == f"{statistics.median(r['mfu_percent'] for r in steady):.3g}%"
+        assert cells[11] == f"{statistics.median(r['input_wait_percent'] for r in steady):.3g}%"
+        assert cells[12:] == ["-", "1 CPU"]
     wall = _summary(runs["failed"])["wall_seconds"]
     assert rows[failed][1:3] + rows[failed][4:] == ["failed", "breast_cancer.yaml", "0/3", "-", "-", "-",
-                                                    f"{wall:.1f}s", "-", "1 CPU"]
+                                                    f"{wall:.1f}s", "-", "-", "-", "-", "1 CPU"]
     assert rows["sweep/trials/killed"][1] == "stale" and rows["sweep/trials/killed"][4] == "3/3"
     assert "stale: summary.json says running, but its process has ended" in result.stdout
     assert rows["sweep/trials/old"][1:4] == ["completed", "breast_cancer.yaml", "-"]  # no started_at
     assert rows["sweep/trials/old"][4:8] == ["3/3", "val_accuracy", rows[fast][6], rows[fast][7]]  # train.epochs
-    assert rows["sweep/trials/old"][9:] == ["-", "-"]
-    assert rows["sweep/trials/jax"][10] == "2 CPU"
+    assert rows["sweep/trials/old"][9:] == ["-", rows[fast][10], rows[fast][11], "-", "-"]  # from its epochs
+    assert rows["sweep/trials/jax"][12:] == ["85% 11.8G", "2 CPU"]  # mean of epochs 2-3, the highest memory
 
 
 @pytest.mark.slow
@@ -167,6 +175,8 @@ def test_runs_json(runs):
     assert row["best"] == max(values) and row["best_epoch"] == values.index(max(values)) + 1
     assert row["wall_seconds"] == summary["wall_seconds"]
     assert row["samples_per_second"] == summary["samples_per_second"]
+    assert row["mfu_percent"] == statistics.median(r["mfu_percent"] for r in summary["epochs"][1:])
+    assert row["mfu_percent"] > 0 and row["gpu_utilization_percent"] is None and row["gpu_memory_peak_mib"] is None
     assert (row["devices"], row["backend"], row["num_replicas"], row["global_batch_size"]) == \
         ("1 CPU", "tensorflow", 1, 32)
     failed = by_name[f"sweep/trials/{runs['failed'].name}"]

@@ -73,6 +73,47 @@ def test_two_replica_run_writes_a_complete_run_directory(two_replica_runs, reloa
     assert reloaded_accuracy[loop] == pytest.approx(summary["final_metrics"]["val_accuracy"], abs=2e-3)
 
 
+#: The seed CNN's training FLOPs per sample, by hand (2 per multiply-add): Conv2D(16, 3) on 28x28x1 gives 26x26x16,
+#: 26*26*16*9*1 = 97,344 multiply-adds, done for its forward pass and its filter's gradient (the input needs none);
+#: Conv2D(32, 3) on 13x13x16 gives 11x11x32, 11*11*32*9*16 = 557,568, for forward, filter and input gradients;
+#: Dense(10) on 5*5*32 = 800 features, 8,000, three times too.
+SEED_CNN_FLOPS = 2 * (97_344 * 2 + 557_568 * 3 + 8_000 * 3)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("loop", ["fit", "custom"])
+def test_each_epoch_records_input_wait_mfu_and_the_host(two_replica_runs, loop):
+    result, run_dir = two_replica_runs[loop]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    telemetry = summary["telemetry"]
+    assert telemetry["flops_per_sample"] == SEED_CNN_FLOPS == 3_782_784
+    assert telemetry["flops_per_replica_step"] == SEED_CNN_FLOPS * 128
+    assert "2 FLOPs per multiply-add" in telemetry["flops_counted_by"]
+    peak = telemetry["peak_flops_per_worker"]
+    assert "float32 1024 x 1024 matmul on" in telemetry["peak_source"] and peak > 1e9  # this CPU's own figure
+    assert telemetry["sampling_percent_of_training"] < 1.0  # the monitor's own cost, measured
+    assert telemetry["gpus_monitored"] == [] and telemetry["device_stats_file"] is None
+    assert not (run_dir / "device_stats.csv").exists()
+    rows = list(csv.DictReader((run_dir / "metrics.csv").open()))
+    for row in rows:
+        figures = {k: float(v) for k, v in row.items()}
+        assert 0 <= figures["input_wait_seconds"] <= figures["train_seconds"]
+        assert figures["input_wait_percent"] == pytest.approx(
+            100 * figures["input_wait_seconds"] / figures["train_seconds"])
+        assert figures["mfu_percent"] == pytest.approx(100 * SEED_CNN_FLOPS * figures["samples_per_second"] / peak)
+        assert 0 < figures["host_cpu_percent"] <= 100 and figures["host_rss_mib"] > 100
+        assert "gpu_utilization_percent" not in figures  # no GPU: no GPU columns
+    assert telemetry["input_bound"] is None  # in memory, prefetched: the step hardly waits
+    assert sum(f"input wait: {float(r['input_wait_percent']):.0f}% - MFU: " in result.stdout for r in rows) == 2
+    assert summary["final_metrics"].keys() == {"accuracy", "loss", "val_accuracy", "val_loss"}
+    # XLA told: off here, and the first call's trace time
+    xla = summary["xla"]
+    assert (xla["requested"], xla["compiled"]) == (False, False)
+    assert xla["first_call_seconds"] == summary["startup_seconds"]["first_call"] and xla["first_call_steps"] == 32
+    assert 0 <= xla["trace_and_compile_seconds"] < xla["first_call_seconds"]
+    assert f"first training call {xla['first_call_seconds']:.2f} s: tracing the step" in result.stdout
+
+
 @pytest.mark.slow
 def test_both_loops_reach_the_same_accuracy(two_replica_runs):
     acc = {loop: json.loads((d / "summary.json").read_text())["final_metrics"]["val_accuracy"]

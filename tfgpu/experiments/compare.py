@@ -29,6 +29,7 @@ import json
 import math
 import os
 import re
+import statistics
 import time
 from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence
@@ -37,7 +38,7 @@ import yaml
 
 from ..errors import DataError, OutputError, UsageError
 from ..training.layout import CONFIG_FILE, RESOLVED_CONFIG_FILE
-from ..training.loops import EPOCH_STATS
+from ..training.loops import EPOCH_STATS, TELEMETRY
 from ..utils.console import table_lines
 from ..utils.files import replace_atomic
 from ..utils.imports import importable
@@ -56,7 +57,7 @@ FIGURE_DPI = 100
 PLOTS_EXTRA = "pip install 'tfgpu[plots]' (or pip install matplotlib)"
 
 # Keys of an epoch row that are not the model's figures.
-_NOT_METRICS = ("epoch", "learning_rate", "lr", *EPOCH_STATS)
+_NOT_METRICS = ("epoch", "learning_rate", "lr", *EPOCH_STATS, *TELEMETRY)
 # A metric whose name holds one of these is better lower (losses and errors); any other is better higher.
 _LOWER_IS_BETTER = ("loss", "error", "crossentropy", "hinge", "mae", "mse", "rmse", "msle", "mape", "poisson",
                     "kl_divergence", "kld", "logcosh", "log_cosh", "huber", "false_positives", "false_negatives",
@@ -312,6 +313,25 @@ def _devices_text(summary: dict[str, Any]) -> Optional[str]:
     return text
 
 
+def device_figures(rows: Sequence[dict[str, Any]]) -> dict[str, Optional[float]]:
+    """A run's device figures over its epochs (``metrics.csv``'s telemetry columns, :mod:`tfgpu.training.telemetry`):
+    ``mfu_percent`` and ``input_wait_percent`` (medians over the epochs after the first, which traces; the first
+    when it is the only one), ``gpu_utilization_percent`` (the mean over those epochs) and ``gpu_memory_peak_mib``
+    (the highest of any epoch); ``None`` where the run did not record it."""
+    steady = list(rows[1:]) or list(rows)
+
+    def values(key: str, among: Sequence[dict[str, Any]]) -> list[float]:
+        return [v for v in (_finite(r.get(key)) for r in among) if v is not None]
+
+    mfu, wait, util = values("mfu_percent", steady), values("input_wait_percent", steady), values(
+        "gpu_utilization_percent", steady)
+    memory = values("gpu_memory_peak_mib", rows)
+    return {"mfu_percent": statistics.median(mfu) if mfu else None,
+            "input_wait_percent": statistics.median(wait) if wait else None,
+            "gpu_utilization_percent": statistics.fmean(util) if util else None,
+            "gpu_memory_peak_mib": max(memory) if memory else None}
+
+
 def read_run(path: Path, name: Optional[str] = None) -> dict[str, Any]:
     """One run directory as data: what ``tfgpu runs`` shows of it and what ``tfgpu compare`` compares.
 
@@ -327,8 +347,9 @@ def read_run(path: Path, name: Optional[str] = None) -> dict[str, Any]:
         ``epochs_completed``, ``epochs_planned``, ``main_metric``, ``metric`` (the main metric's validation copy
         where logged), ``best`` and ``best_epoch`` (1-based) of it, ``final`` (its value in ``final_metrics``: the kept
         model's epoch, the last unless early stopping restored the best),
-        ``wall_seconds``, ``samples_per_second`` (steady-state training samples per second), ``devices``,
-        ``backend``, ``strategy``, ``num_replicas``, ``global_batch_size``, ``final_metrics``, ``metrics`` (the
+        ``wall_seconds``, ``samples_per_second`` (steady-state training samples per second), the
+        :func:`device_figures` (``mfu_percent``, ``input_wait_percent``, ``gpu_utilization_percent``,
+        ``gpu_memory_peak_mib``), ``devices``, ``backend``, ``strategy``, ``num_replicas``, ``global_batch_size``, ``final_metrics``, ``metrics`` (the
         logged metric names), ``epochs`` (the per-epoch rows) and ``settings`` (dotted keys). What the run does
         not record is ``None``.
     """
@@ -374,6 +395,7 @@ def read_run(path: Path, name: Optional[str] = None) -> dict[str, Any]:
         else (_number(rows[-1].get(metric)) if rows else None),
         "wall_seconds": _number(summary.get("wall_seconds")),
         "samples_per_second": _number(summary.get("samples_per_second")),
+        **device_figures(rows),
         "devices": _devices_text(summary),
         "backend": summary.get("backend") if isinstance(summary.get("backend"), str) else None,
         "strategy": summary.get("strategy") if isinstance(summary.get("strategy"), str) else None,
@@ -424,8 +446,8 @@ def _epoch_of(row: dict[str, Any], index: int) -> int:
 
 _ROW_KEYS = ("name", "path", "status", "status_recorded", "stale", "error", "recipe", "started_at", "started",
              "epochs_completed", "epochs_planned", "main_metric", "metric", "best", "best_epoch", "final",
-             "wall_seconds", "samples_per_second", "devices", "backend", "strategy", "num_replicas",
-             "global_batch_size")
+             "wall_seconds", "samples_per_second", "mfu_percent", "input_wait_percent", "gpu_utilization_percent",
+             "gpu_memory_peak_mib", "devices", "backend", "strategy", "num_replicas", "global_batch_size")
 
 
 def list_runs(directory: str | Path, max_depth: int = MAX_DEPTH) -> list[dict[str, Any]]:
@@ -749,7 +771,20 @@ def _setting(value: Any, present: bool = True) -> str:
 
 #: The columns of ``tfgpu runs``, in order.
 RUNS_COLUMNS = ("RUN", "STATUS", "RECIPE", "STARTED", "EPOCHS", "METRIC", "BEST", "FINAL", "WALL", "SAMPLES/S",
-                "DEVICES")
+                "MFU", "WAIT", "GPU", "DEVICES")
+
+
+def _percent(value: Any) -> str:
+    return f"{value:.3g}%" if _finite(value) is not None else "-"
+
+
+def _gpu_text(run: dict[str, Any]) -> str:
+    """``87% 11.8G``: mean GPU utilisation and peak GPU memory (GiB), ``-`` without GPUs."""
+    util, memory = run.get("gpu_utilization_percent"), run.get("gpu_memory_peak_mib")
+    if _finite(util) is None and _finite(memory) is None:
+        return "-"
+    return " ".join(filter(None, [f"{util:.0f}%" if _finite(util) is not None else None,
+                                  f"{memory / 1024:.1f}G" if _finite(memory) is not None else None]))
 
 
 def _epochs_text(run: dict[str, Any]) -> str:
@@ -781,8 +816,9 @@ def describe_runs(runs: Sequence[dict[str, Any]], directory: str | Path) -> str:
                      (run.get("started") or "-")[:16], _epochs_text(run), run.get("metric") or "-",
                      _best_text(run.get("best"), run.get("best_epoch")), metric_text(run.get("final")),
                      _duration(run.get("wall_seconds")), f"{sps:.0f}" if _finite(sps) is not None else "-",
+                     _percent(run.get("mfu_percent")), _percent(run.get("input_wait_percent")), _gpu_text(run),
                      run.get("devices") or "-"])
-    right = [False, False, False, False, True, False, True, True, True, True, False]
+    right = [False, False, False, False, True, False, True, True, True, True, True, True, True, False]
     head = f"{len(runs)} run{'s' if len(runs) != 1 else ''} under {directory}, oldest first:"
     stale = [r["name"] for r in runs if r.get("stale")]
     notes = ["", f"stale: summary.json says running, but its process has ended (killed, crashed or out of disk): "
@@ -804,10 +840,11 @@ def describe_comparison(comparison: dict[str, Any], plot: Optional[dict[str, Any
     names = [r["name"] for r in runs]
     lines = ["Runs:"]
     lines += ["  " + line for line in table_lines(
-        ["RUN", "STATUS", "EPOCHS", "WALL", "SAMPLES/S", "DEVICES", "PATH"],
+        ["RUN", "STATUS", "EPOCHS", "WALL", "SAMPLES/S", "MFU", "WAIT", "GPU", "DEVICES", "PATH"],
         [[r["name"], r["status"], _epochs_text(r), _duration(r["wall_seconds"]),
           f"{r['samples_per_second']:.0f}" if _finite(r["samples_per_second"]) is not None else "-",
-          r["devices"] or "-", r["path"]] for r in runs], [False, False, True, True, True])]
+          _percent(r["mfu_percent"]), _percent(r["input_wait_percent"]), _gpu_text(r),
+          r["devices"] or "-", r["path"]] for r in runs], [False, False, True, True, True, True, True, True])]
     settings = comparison["settings"]
     lines.append("")
     if settings:

@@ -52,7 +52,7 @@ from ..utils.files import disk_full, disk_full_error, failed_file, remove_quietl
 from ..utils.processes import process_record
 from . import checkpoint as ckpt
 from .layout import CONFIG_FILE, create_run_dir, open_run_dir, write_config
-from .loops import EPOCH_STATS, Epochs
+from .loops import EPOCH_STATS, TELEMETRY, Epochs
 from .resume import RUN_DIR_ENV, Resumed, keep_metrics, restart_record
 
 SUMMARY_FILE = ckpt.SUMMARY_FILE
@@ -62,6 +62,22 @@ RESERVE_FILE = ".reserve"
 RESERVE_BYTES = 16 * 1024
 #: More room per planned epoch (each adds a row, its times and a checkpoint record to the summary).
 RESERVE_BYTES_PER_EPOCH = 1024
+
+
+def first_call_figures(summary: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """``summary.json``'s ``xla`` figures of the first training call: ``first_call_seconds`` (the loop's start to
+    the first call's return: iterators, tracing the step, XLA compiling it when it is compiled, and running the
+    call's steps), ``first_call_steps``, and ``trace_and_compile_seconds``: that less the call's steps at the
+    steady step time (the median epoch after the first: ``train_seconds / steps_per_epoch``); ``None`` when the run
+    has no steady epoch."""
+    first = (summary.get("startup_seconds") or {}).get("first_call")
+    steps = summary.get("steps_per_epoch") or 0
+    calls = min(summary.get("steps_per_execution") or 1, steps) if steps else 0
+    steady = [r["train_seconds"] for r in rows[1:]]
+    per_step = statistics.median(steady) / steps if steady and steps else None
+    return {"first_call_seconds": first, "first_call_steps": calls,
+            "trace_and_compile_seconds": (max(0.0, first - calls * per_step)
+                                          if first is not None and per_step is not None else None)}
 
 
 class RunDir:
@@ -326,12 +342,14 @@ class RunDir:
         summary["train_seconds"] = [r["train_seconds"] for r in rows]
         steady = [r["samples_per_second"] for r in rows[1:]] or [r["samples_per_second"] for r in rows]
         summary["samples_per_second"] = statistics.median(steady) if steady else None
+        if isinstance(summary.get("xla"), dict) and self._marks:
+            summary["xla"].update(first_call_figures(summary, rows))
         # The kept model's epoch: the one whose weights training restored (fields' final_metrics_epoch, counted
         # from 1: train.early_stopping.restore_best_weights), else the last.
         kept = (fields or {}).get("final_metrics_epoch")
         last = next((r for r in rows if kept is not None and int(r["epoch"]) == kept - 1), rows[-1] if rows else {})
         summary["final_metrics"] = {k: v for k, v in last.items()  # the model's figures: no rate, no timing
-                                    if k not in ("epoch", "learning_rate", *EPOCH_STATS)}
+                                    if k not in ("epoch", "learning_rate", *EPOCH_STATS, *TELEMETRY)}
         summary["final_metrics_epoch"] = int(last["epoch"]) + 1 if last else None
         if str(summary.get("test_metrics_from", "")).startswith("model.evaluate"):  # not the validation's copy
             summary["final_metrics"].update(summary["test_metrics"])

@@ -304,6 +304,11 @@ def train(run_dir: RunDir, trainer: Trainer, resumed: Any) -> RunResult:
     if trainer.saver is not None and cfg.output.save_model:
         run_dir.drop_checkpoint()  # model.keras holds the result now
     summary = run_dir.summary
+    xla = summary.get("xla") or {}
+    if chief and xla.get("trace_and_compile_seconds") is not None:
+        say(f"first training call {xla['first_call_seconds']:.2f} s: "
+            + ("tracing and XLA compiling" if xla["compiled"] else "tracing") + " the step "
+            f"{xla['trace_and_compile_seconds']:.2f} s, its {xla['first_call_steps']} steps the rest")
     if chief:
         say(f"done in {summary['wall_seconds']:.1f}s: "
             + ", ".join(f"{k} {v:.4f}" for k, v in summary["final_metrics"].items()) + f"; {run_dir.path}")

@@ -37,6 +37,8 @@ from ..utils.console import warn
 from . import callbacks as user_callbacks
 from . import checkpoint as ckpt
 from .loops import Job, epoch_stats_callback, progress_mode
+from . import telemetry
+from .telemetry import input_bound
 from .loops.replica_batches import Feed
 from .loops.custom import MAX_CALL_SECONDS
 
@@ -216,6 +218,8 @@ class Trainer:
         self.saver: Any = None
         self.files: Any = None  # the checkpoint files (Trainer.callbacks), when checkpoints are saved or restored
         self.stop: Optional[ckpt.StopSignals] = None
+        self.telemetry: Any = None  # the run's device statistics, input wait and MFU (Trainer.callbacks)
+        self.rows: list[dict[str, Any]] = []
 
     def _steps_per_call(self) -> tuple[int, str]:
         """Training steps per call and why (:func:`resolve_steps_per_execution`; 1 for ``fit`` on several workers)."""
@@ -286,6 +290,7 @@ class Trainer:
             "lr_schedule": self.schedule.to_dict() if self.schedule is not None else None,
             "jit_compile": plan.jit_compile,
             "jit_compile_reason": plan.jit_compile_reason,
+            "xla": self.xla(),
             "mixed_precision": plan.mixed_precision,
             "mixed_precision_reason": plan.mixed_precision_reason,
             "data": {
@@ -304,6 +309,21 @@ class Trainer:
             "warnings": list(plan.warnings),
             **self.transfer.facts(),
         }
+
+    def xla(self) -> dict[str, Any]:
+        """Whether the training step is really compiled with XLA, and how that is known (``summary.json``'s ``xla``;
+        the first call's seconds are added when the run ends: :func:`tfgpu.training.rundir.first_call_figures`)."""
+        plan = self.info.plan
+        if self.cfg.train.loop == "custom" and plan.backend != "jax":
+            return {"requested": plan.jit_compile, "compiled": plan.jit_compile,
+                    "how_known": "the custom loop's forward and backward pass is a tf.function(jit_compile=True), "
+                                 "which fails rather than run uncompiled" if plan.jit_compile
+                                 else "the custom loop's step is a plain tf.function"}
+        kept = bool(self.model.jit_compile)
+        return {"requested": plan.jit_compile, "compiled": kept,
+                "how_known": f"model.jit_compile is {kept} after Keras's compile"
+                             + (" (Keras turned it off: this model cannot be compiled with XLA)"
+                                if plan.jit_compile and not kept else "")}
 
     def banner(self) -> list[str]:
         """The lines the chief prints before training: devices, strategy, data, batches, speed choices."""
@@ -351,7 +371,9 @@ class Trainer:
         if self.schedule is not None:
             lines.append(f"learning-rate schedule: {self.schedule.describe()}")
         lines.append(f"steps per call: {self.per_call} ({self.per_call_reason})")
-        lines.append(f"XLA: {'on' if plan.jit_compile else 'off'} ({plan.jit_compile_reason})")
+        xla = self.xla()
+        lines.append(f"XLA: {'on' if plan.jit_compile else 'off'} ({plan.jit_compile_reason})"
+                     + ("" if xla["compiled"] == plan.jit_compile else f"; but {xla['how_known']}"))
         lines.append(f"precision: {plan.mixed_precision} ({plan.mixed_precision_reason})")
         lines.extend(self.transfer.banner())
         return lines
@@ -379,7 +401,10 @@ class Trainer:
         if state is not None and at is not None and start.epoch >= at:
             transfer.unfreeze(self)  # train.unfreeze: the checkpoint holds the second phase's optimizer
         # the rate first: the epoch statistics' rows (summary.json, the custom loop's epoch line) then hold it too
-        callbacks = [learning_rate_callback(self.optimizer), epoch_stats_callback(self.train_samples, run.epochs),
+        self.telemetry = telemetry.for_run(self.cfg, self.info, self.model, sample_batch(self.data), run.path)
+        self.rows = run.epochs.rows
+        callbacks = [learning_rate_callback(self.optimizer),
+                     epoch_stats_callback(self.train_samples, run.epochs, self.telemetry),
                      keras.callbacks.CSVLogger(str(run.path / "metrics.csv"), append=True)]
         if self.cfg.output.tensorboard:
             calls = tuple(self.profile["calls"]) if self.profile else 0
@@ -468,6 +493,9 @@ class Trainer:
                 self._traced(loop(self.job(), callbacks, progress, (start.epoch, start.step)))
         if self.early_stopping is not None:
             self.early_stopping.finish()  # restore_best_weights: the best epoch's weights, before model.keras
+        bound = input_bound(self.rows, self.cfg) if self.info.is_chief else None
+        if bound is not None:
+            warn(f"{bound['message']}; to feed it faster: {bound['fix']}")
 
     def _traced(self, counts: Optional[dict[str, int]]) -> None:
         """Add the custom loop's trace counts of one call (``fit`` returns ``None``)."""
@@ -516,6 +544,8 @@ class Trainer:
         :meth:`~tfgpu.training.rundir.RunDir.finish` takes ``final_metrics`` from that epoch's row.
         """
         fields: dict[str, Any] = {}
+        if self.telemetry is not None:
+            fields["telemetry"] = {**self.telemetry.close(), "input_bound": input_bound(self.rows, self.cfg)}
         if self.traces is not None:
             fields["traces"] = self.traces
         if self.early_stopping is not None:

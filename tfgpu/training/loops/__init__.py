@@ -101,6 +101,9 @@ def progress_mode(setting: str) -> str:
 
 #: What :func:`epoch_stats_callback` adds to each epoch's logs (and metrics.csv), in the order the epoch line shows.
 EPOCH_STATS = ("epoch_seconds", "train_seconds", "samples_per_second")
+#: What :class:`tfgpu.training.telemetry.Telemetry` adds (:data:`tfgpu.training.telemetry.COLUMNS`), shown last.
+TELEMETRY = ("input_wait_seconds", "input_wait_percent", "mfu_percent", "host_cpu_percent", "host_rss_mib",
+             "gpu_utilization_percent", "gpu_memory_peak_mib", "gpu_power_w", "gpu_temperature_c")
 
 
 def _seconds(value: float) -> str:
@@ -111,13 +114,35 @@ def _seconds(value: float) -> str:
     return f"{value:.1f}" if value >= 10 else f"{value:.2f}" if value >= 1 else f"{value:.3f}"
 
 
+def _telemetry_items(logs: dict[str, float]) -> list[str]:
+    """The :data:`TELEMETRY` figures in short form: ``input wait: 3% - MFU: 12.3% - CPU: 95% - GPU: 87% 11.8 GiB
+    312 W 71 C``."""
+    items = []
+    if "input_wait_percent" in logs:
+        items.append(f"input wait: {float(logs['input_wait_percent']):.0f}%")
+    if "mfu_percent" in logs:
+        items.append(f"MFU: {float(logs['mfu_percent']):.3g}%")
+    if "host_cpu_percent" in logs:
+        items.append(f"CPU: {float(logs['host_cpu_percent']):.0f}%")
+    if "gpu_utilization_percent" in logs:
+        gpu = [f"{float(logs['gpu_utilization_percent']):.0f}%"]
+        if "gpu_memory_peak_mib" in logs:
+            gpu.append(f"{float(logs['gpu_memory_peak_mib']) / 1024:.1f} GiB")
+        if "gpu_power_w" in logs:
+            gpu.append(f"{float(logs['gpu_power_w']):.0f} W")
+        if "gpu_temperature_c" in logs:
+            gpu.append(f"{float(logs['gpu_temperature_c']):.0f} C")
+        items.append("GPU: " + " ".join(gpu))
+    return items
+
+
 def format_epoch(logs: dict[str, float]) -> str:
     """One epoch's logs as the console shows them: ``loss: 0.3012 - accuracy: 0.9100 - ... - epoch_seconds: 4.41 -
-    train_seconds: 3.66 - samples_per_second: 6199``.
+    train_seconds: 3.66 - samples_per_second: 6199 - input wait: 2% - MFU: 4.1% - CPU: 96%``.
 
     Metrics keep Keras's own format (4 decimals; ``.4e`` below 0.001, as ``keras.utils.Progbar``); the timing
     figures of :data:`EPOCH_STATS` are rounded for reading (seconds to 2-3 significant digits, samples/s to a
-    whole number) and come last. Display only: ``metrics.csv`` and ``summary.json`` keep the full values.
+    whole number) and come next, then the :data:`TELEMETRY` figures in short form (:func:`_telemetry_items`). Display only: ``metrics.csv`` and ``summary.json`` keep the full values.
 
     Args:
         logs: an epoch's logs (metric name -> float), e.g. as Keras passes them to ``on_epoch_end``.
@@ -126,12 +151,12 @@ def format_epoch(logs: dict[str, float]) -> str:
         The ``" - "``-joined ``name: value`` items.
     """
     items = [f"{k}: {v:.4f}" if v == 0 or abs(v) >= 1e-3 else f"{k}: {v:.4e}"
-             for k, v in ((k, float(v)) for k, v in logs.items() if k not in EPOCH_STATS)]
+             for k, v in ((k, float(v)) for k, v in logs.items() if k not in EPOCH_STATS and k not in TELEMETRY)]
     for key in EPOCH_STATS:
         if key in logs:
             value = float(logs[key])
             items.append(f"{key}: {value:.0f}" if key == "samples_per_second" else f"{key}: {_seconds(value)}")
-    return " - ".join(items)
+    return " - ".join(items + _telemetry_items(logs))
 
 
 def epoch_stats(callbacks: list, epoch: int) -> dict[str, float]:
@@ -142,7 +167,7 @@ def epoch_stats(callbacks: list, epoch: int) -> dict[str, float]:
     for callback in callbacks:
         record = getattr(callback, "epochs", None)
         if isinstance(record, Epochs) and record.rows and record.rows[-1].get("epoch") == epoch:
-            return {k: record.rows[-1][k] for k in ("learning_rate", *EPOCH_STATS) if k in record.rows[-1]}
+            return {k: record.rows[-1][k] for k in ("learning_rate", *EPOCH_STATS, *TELEMETRY) if k in record.rows[-1]}
     return {}
 
 
@@ -178,7 +203,7 @@ def progress_callback() -> Any:
         def on_epoch_end(self, epoch: int, logs: Optional[dict] = None) -> None:
             logs = logs or {}
             if self.verbose == 1:
-                self._finalize_progbar({k: v for k, v in logs.items() if k not in EPOCH_STATS})
+                self._finalize_progbar({k: v for k, v in logs.items() if k not in EPOCH_STATS and k not in TELEMETRY})
             elif self.verbose:
                 print(epoch_line(epoch, self.epochs, logs), flush=True)
 
@@ -198,7 +223,18 @@ def check_loss(loss: float, epoch: int, how: str = "") -> None:
         )
 
 
-def epoch_stats_callback(samples_per_epoch: int, epochs: Optional[Epochs] = None) -> Any:
+def measure_input_wait(callbacks: list, function: Any) -> None:
+    """Hand the run's :class:`~tfgpu.training.telemetry.Telemetry` (the ``telemetry`` of a callback among
+    ``callbacks``) the cumulative input wait of ``function``, a training function of
+    :func:`~tfgpu.training.loops.replica_batches.steps_function` (its ``input_wait`` variable)."""
+    variable = getattr(function, "input_wait", None)
+    for callback in callbacks:
+        telemetry = getattr(callback, "telemetry", None)
+        if telemetry is not None and variable is not None:
+            telemetry.input_wait = lambda: float(variable.numpy())
+
+
+def epoch_stats_callback(samples_per_epoch: int, epochs: Optional[Epochs] = None, telemetry: Any = None) -> Any:
     """A Keras callback that times each epoch and the first training step.
 
     It adds to each epoch's logs ``epoch_seconds`` (the whole epoch, validation
@@ -210,7 +246,11 @@ def epoch_stats_callback(samples_per_epoch: int, epochs: Optional[Epochs] = None
     training call (``steps_per_execution`` steps) returned; its ``rows`` and
     ``first_step_at`` attributes read them.
 
-    It reads no tensor, so it adds no host synchronisation.
+    With ``telemetry`` (:class:`tfgpu.training.telemetry.Telemetry`) it adds that epoch's device statistics,
+    input wait and MFU too (:data:`TELEMETRY`), before the row is kept.
+
+    Without ``telemetry`` it reads no tensor, so it adds no host synchronisation; the input wait is one read of a
+    host variable at each epoch's start and end.
 
     Wraps: https://keras.io/api/callbacks/base_callback/
     """
@@ -222,6 +262,7 @@ def epoch_stats_callback(samples_per_epoch: int, epochs: Optional[Epochs] = None
         def __init__(self) -> None:
             super().__init__()
             self.epochs = record
+            self.telemetry = telemetry
             self._start: Optional[float] = None
             self._train_end: Optional[float] = None
 
@@ -234,6 +275,8 @@ def epoch_stats_callback(samples_per_epoch: int, epochs: Optional[Epochs] = None
             return self.epochs.first_step_at
 
         def on_epoch_begin(self, epoch: int, logs: Optional[dict] = None) -> None:
+            if self.telemetry is not None:
+                self.telemetry.begin_epoch()
             self._start = time.perf_counter()
             self._train_end = None
 
@@ -253,6 +296,8 @@ def epoch_stats_callback(samples_per_epoch: int, epochs: Optional[Epochs] = None
                 logs["epoch_seconds"] = now - start
                 logs["train_seconds"] = train
                 logs["samples_per_second"] = samples_per_epoch / train if train > 0 else 0.0
+                if self.telemetry is not None:
+                    self.telemetry.end_epoch(epoch, logs, train, samples_per_epoch)
                 row = {"epoch": epoch}  # counted from 0, as in metrics.csv (keras.callbacks.CSVLogger)
                 row.update({k: float(v) for k, v in logs.items()})
                 self.epochs.rows.append(row)

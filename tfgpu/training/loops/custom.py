@@ -27,7 +27,7 @@ import time
 from typing import Any
 
 from ...utils.console import warn
-from . import Job, check_loss, epoch_line, epoch_stats, format_epoch, keep_iterators
+from . import Job, check_loss, epoch_line, epoch_stats, format_epoch, keep_iterators, measure_input_wait
 from .replica_batches import Blocks, Feed, steps_function
 
 #: The longest a training call should take, in seconds. A stop signal is handled at the
@@ -186,6 +186,7 @@ def train_custom(job: Job, callbacks: list, progress: str, start: tuple[int, int
     blocks = train_batches if isinstance(train_batches, Blocks) else None
     train_steps = steps_function(on_replicas(replica_train), blocks)
     test_steps = steps_function(on_replicas(replica_test))
+    measure_input_wait(callbacks, train_steps)
     train_trackers = [loss_tracker, *metrics]
     val_trackers = [val_loss_tracker, *val_metrics]
     mean_over_workers = (_mean_over_workers(strategy)

@@ -33,7 +33,7 @@ from typing import Any, Optional
 
 from ...utils.console import warn
 from ...utils.files import note_file
-from . import Job, check_loss, keep_iterators, progress_callback
+from . import Job, check_loss, keep_iterators, measure_input_wait, progress_callback
 from .custom import MAX_CALL_SECONDS
 from .replica_batches import Blocks, Feed, steps_function
 
@@ -292,6 +292,7 @@ def train_fit(job: Job, callbacks: list, progress: str, start: tuple[int, int] =
             if several is None:  # traced once for the run (a resumed run's two fit calls read alike)
                 blocks = source if isinstance(source, Blocks) else None
                 several = bounded_function(model, feed, model.train_step, blocks)
+                measure_input_wait(callbacks, several)
                 testing = bounded_function(model, feed, model.test_step) if job.validation else None
         if testing is not None:  # validated by tfgpu at each epoch's end, from one iterator (epoch_calls)
             validation = Validation(testing, feed.iterator(job.validation.repeat(end - first)), job.validation_steps)

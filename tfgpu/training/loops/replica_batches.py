@@ -226,10 +226,24 @@ def steps_function(step: Any, blocks: Optional[Blocks] = None) -> Any:
             of global batches.
 
     A call of any length is one trace: the step count is a tensor.
+
+    The returned function's ``input_wait`` is a float64 variable: the seconds its calls spent waiting in the
+    iterator's ``get_next`` (``tf.timestamp()`` before and after each read, summed; with ``blocks``, the reads of
+    each new block), the input wait :mod:`tfgpu.training.telemetry` reports. Two timestamps and an add a read.
     """
     import tensorflow as tf  # noqa: PLC0415
 
     given = step
+    waited = tf.Variable(0.0, dtype=tf.float64, trainable=False, name="input_wait_seconds")
+
+    def read_next(iterator: Any) -> Any:
+        """``next(iterator)``, the time it blocked added to ``waited``."""
+        began = tf.timestamp()
+        with tf.control_dependencies([began]):
+            batch = next(iterator)
+        with tf.control_dependencies(tf.nest.flatten(batch)):
+            waited.assign_add(tf.timestamp() - began)
+        return batch
 
     def step(batch: Any) -> Any:  # (a loop cannot carry None: a step without logs gives 0)
         logs = given(batch)
@@ -238,18 +252,19 @@ def steps_function(step: Any, blocks: Optional[Blocks] = None) -> Any:
     if blocks is None:
         @tf.function
         def several(iterator: Any, steps: Any) -> Any:
-            logs = step(next(iterator))
+            logs = step(read_next(iterator))
             for _ in tf.range(steps - 1):
-                logs = step(next(iterator))
+                logs = step(read_next(iterator))
             return logs
 
+        several.input_wait = waited
         return several
 
     rows_each = blocks.global_batch
 
     def next_batch(iterator: Any, block: Any, taken: Any) -> tuple[Any, Any, Any]:
         if taken * rows_each >= tf.shape(tf.nest.flatten(block)[0])[0]:  # used up: the next block
-            block = next(iterator)
+            block = read_next(iterator)
             taken = tf.zeros_like(taken)
         start = taken * rows_each
         end = tf.minimum(start + rows_each, tf.shape(tf.nest.flatten(block)[0])[0])
@@ -274,4 +289,5 @@ def steps_function(step: Any, blocks: Optional[Blocks] = None) -> Any:
         return logs
 
     several.experimental_get_tracing_count = traced.experimental_get_tracing_count  # as a tf.function's
+    several.input_wait = waited
     return several
