@@ -61,6 +61,8 @@ def bench() -> None:
     tfgpu bench logging                   logging a norm to the host per step vs on the device
     tfgpu bench devices --set devices.cpu_logical_devices=2
                                           the same work on one device vs split across devices
+    tfgpu bench input RECIPE              the input pipeline alone vs the model's step:
+                                          input-bound or not
 
     Each applies RECIPE's device settings (or --set; default: the defaults)
     first, so its logical devices are timed, and prints a table (--json: the
@@ -91,12 +93,15 @@ def bench_matmul(recipe: str | None, overrides: tuple[str, ...], sizes: tuple[in
 
     Square float32 (n, n) @ (n, n) on each logical device (the CPUs, then the
     GPUs): median time per matmul in ms (min-max beside it) and GFLOP/s =
-    2 n^3 / time.
+    2 n^3 / time. The best CPU figure is kept as this CPU's peak for the MFU
+    'tfgpu run' reports (~/.cache/tfgpu/cpu_peak.json).
     """
     from ..devices.bench import bench_matmul as measure, describe_environment, describe_matmul  # noqa: PLC0415
+    from ..devices.bench import record_cpu_peak  # noqa: PLC0415
 
     env = _bench_setup(recipe, overrides)
     rows = measure(sizes, repeats)
+    record_cpu_peak(rows)  # the CPU's figure for MFU (tfgpu.devices.peaks)
     if as_json:
         click.echo(json.dumps({**env, "repeats": repeats, "rows": [r.to_dict() for r in rows]}, indent=2))
     else:
@@ -158,3 +163,29 @@ def bench_devices(recipe: str | None, overrides: tuple[str, ...], size: int, rep
     else:
         click.echo(describe_environment(env))
         click.echo(describe_devices(result))
+
+
+
+@bench.command("input", context_settings=CONTEXT)
+@click.argument("recipe", type=click.Path(), required=False)
+@set_device_option
+@click.option("--steps", type=click.IntRange(min=1), default=50, show_default=True,
+              help="Batches timed in each measurement (at most an epoch's).")
+@_bench_json_option
+@handle_errors
+def bench_input(recipe: str | None, overrides: tuple[str, ...], steps: int, as_json: bool) -> None:
+    """The input pipeline alone vs the model's step: is training input-bound?
+
+    Times RECIPE's training pipeline with no model (its first pass, which
+    decodes and fills a cache, and its second, what later epochs cost) and
+    the model's step, by the recipe's own loop and strategy, on one batch
+    staged in memory. Prints both in samples/s and the verdict: the share of
+    training time input would take (with GPUs: 1 - pipeline/step when the
+    pipeline is slower; on CPUs, whose cores both share: step / (pipeline +
+    step)), input-bound at 10 % or more, with the recipe keys that feed the
+    step faster.
+    """
+    from ..training.input_bench import bench_input as measure, describe  # noqa: PLC0415
+
+    result = measure(recipe, overrides, steps)
+    click.echo(json.dumps(result.to_dict(), indent=2) if as_json else describe(result))
