@@ -210,6 +210,13 @@ for logs in sys.argv[1:]:
                     tags.setdefault(v.tag, []).append(event.step)
         out[part] = tags
     print("TAGS", json.dumps(out))
+    # the profile as TensorBoard's Profile tab reads it: xprof's converter (tensorboard-plugin-profile) to the
+    # trace viewer's JSON; the events it names
+    from xprof.convert import raw_to_tool_data
+    (trace,) = glob.glob(os.path.join(logs, "train", "plugins", "profile", "*", "*.xplane.pb"))
+    data, _ = raw_to_tool_data.xspace_to_tool_data([trace], "trace_viewer", {})
+    names = sorted({e.get("name", "") for e in json.loads(data)["traceEvents"] if isinstance(e, dict)})
+    print("TRACE", json.dumps(names))
 """
 
 
@@ -232,19 +239,27 @@ def tensorboard_runs(tmp_path_factory, small_mnist) -> dict:
                             timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
     tags = [json.loads(line.split("TAGS", 1)[1]) for line in result.stdout.splitlines() if line.startswith("TAGS")]
-    return {loop: (runs[loop][1], runs[loop][0], found) for loop, found in zip(("fit", "custom"), tags)}
+    traces = [json.loads(line.split("TRACE", 1)[1]) for line in result.stdout.splitlines() if line.startswith("TRACE")]
+    return {loop: (runs[loop][1], runs[loop][0], found, trace)
+            for loop, found, trace in zip(("fit", "custom"), tags, traces)}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("loop", ["fit", "custom"])
 def test_tensorboard_scalars_per_epoch_and_the_profile_with_both_loops(tensorboard_runs, loop):
-    s, run_dir, tags = tensorboard_runs[loop]
+    s, run_dir, tags, trace = tensorboard_runs[loop]
     logs = run_dir / "tensorboard"
     assert s["tensorboard"] == str(logs)
     assert s["profile"] == {"steps_asked": [2, 3], "calls": [1, 2], "steps": [1, 4]}
     assert tags["train"]["epoch_loss"] == [0, 1] and tags["train"]["epoch_accuracy"] == [0, 1]
     assert tags["validation"]["epoch_loss"] == [0, 1] and tags["validation"]["epoch_accuracy"] == [0, 1]
     assert list(logs.glob("train/plugins/profile/*/*.xplane.pb")), "no profile written"
+    # the device figures per epoch, as scalars beside the metrics
+    for figure in ("epoch_input_wait_percent", "epoch_mfu_percent", "epoch_host_cpu_percent"):
+        assert tags["train"][figure] == [0, 1], figure
+    # the trace opens in the Profile tab's trace viewer, with the input pipeline's reads in it: where "input-bound"
+    # leads (docs/runs.md, "From input-bound to the trace")
+    assert "IteratorGetNextOp::DoCompute" in trace and "Iterator::Prefetch" in trace, trace[:40]
 
 
 @pytest.fixture(scope="module")
