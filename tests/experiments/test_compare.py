@@ -78,7 +78,8 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     (out["old"] / "config.resolved.yaml").rename(out["old"] / "config.yaml")
     # ... with GPU figures per epoch, as a run on GPUs records them (this machine has none)
     gpu_rows = [{**row, "gpu_utilization_percent": util, "gpu_memory_peak_mib": memory}
-                for row, util, memory in zip(_summary(out["jax"])["epochs"], (10.0, 80.0, 90.0), (2048.0, 12083.0, 11000.0))]
+                for row, util, memory in zip(_summary(out["jax"])["epochs"], (10.0, 80.0, 90.0),
+                                             (2048.0, 12083.0, 11000.0))]
     _edit_summary(out["jax"], backend="jax", strategy=None, strategy_devices=["cpu:0", "cpu:1"], num_replicas=2,
                   logical_devices=["cpu:0", "cpu:1"], started_at=started + 3, epochs=gpu_rows)
     (out["fast"] / "checkpoint" / "summary.json").parent.mkdir(exist_ok=True)  # a run's own folder: not entered

@@ -423,7 +423,7 @@ def verdicts(report: SmokeReport) -> list[Finding]:
         findings.append(Finding(
             "smoke-device", "error", f"Known step on {device}",
             f"{device} does not compute what the host computes: {what}.",
-            f"train without it (devices.visible_gpus: the others, or CUDA_VISIBLE_DEVICES), and check the GPU: "
+            "train without it (devices.visible_gpus: the others, or CUDA_VISIBLE_DEVICES), and check the GPU: "
             "'nvidia-smi -q -d ECC,TEMPERATURE' for ECC errors and heat, 'dmesg | grep -i xid' for Xid errors; "
             "a GPU that keeps failing needs a reset or a replacement."))
     if report.steps and not bad_devices:

@@ -38,7 +38,7 @@ import yaml
 
 from ..errors import DataError, OutputError, UsageError
 from ..training.layout import CONFIG_FILE, RESOLVED_CONFIG_FILE
-from ..training.loops import EPOCH_STATS, TELEMETRY
+from ..training.loops import NOT_METRICS
 from ..utils.console import table_lines
 from ..utils.files import replace_atomic
 from ..utils.imports import importable
@@ -57,7 +57,7 @@ FIGURE_DPI = 100
 PLOTS_EXTRA = "pip install 'tfgpu[plots]' (or pip install matplotlib)"
 
 # Keys of an epoch row that are not the model's figures.
-_NOT_METRICS = ("epoch", "learning_rate", "lr", *EPOCH_STATS, *TELEMETRY)
+_NOT_METRICS = ("epoch", "learning_rate", "lr", *NOT_METRICS)
 # A metric whose name holds one of these is better lower (losses and errors); any other is better higher.
 _LOWER_IS_BETTER = ("loss", "error", "crossentropy", "hinge", "mae", "mse", "rmse", "msle", "mape", "poisson",
                     "kl_divergence", "kld", "logcosh", "log_cosh", "huber", "false_positives", "false_negatives",
@@ -349,8 +349,8 @@ def read_run(path: Path, name: Optional[str] = None) -> dict[str, Any]:
         model's epoch, the last unless early stopping restored the best),
         ``wall_seconds``, ``samples_per_second`` (steady-state training samples per second), the
         :func:`device_figures` (``mfu_percent``, ``input_wait_percent``, ``gpu_utilization_percent``,
-        ``gpu_memory_peak_mib``), ``devices``, ``backend``, ``strategy``, ``num_replicas``, ``global_batch_size``, ``final_metrics``, ``metrics`` (the
-        logged metric names), ``epochs`` (the per-epoch rows) and ``settings`` (dotted keys). What the run does
+        ``gpu_memory_peak_mib``), ``devices``, ``backend``, ``strategy``, ``num_replicas``,
+        ``global_batch_size``, ``final_metrics``, ``metrics`` (the logged metric names), ``epochs`` (the per-epoch rows) and ``settings`` (dotted keys). What the run does
         not record is ``None``.
     """
     summary = read_json(path / SUMMARY_FILE)

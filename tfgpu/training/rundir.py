@@ -52,7 +52,7 @@ from ..utils.files import disk_full, disk_full_error, failed_file, remove_quietl
 from ..utils.processes import process_record
 from . import checkpoint as ckpt
 from .layout import CONFIG_FILE, create_run_dir, open_run_dir, write_config
-from .loops import EPOCH_STATS, TELEMETRY, Epochs
+from .loops import NOT_METRICS, Epochs
 from .resume import RUN_DIR_ENV, Resumed, keep_metrics, restart_record
 
 SUMMARY_FILE = ckpt.SUMMARY_FILE
@@ -349,7 +349,7 @@ class RunDir:
         kept = (fields or {}).get("final_metrics_epoch")
         last = next((r for r in rows if kept is not None and int(r["epoch"]) == kept - 1), rows[-1] if rows else {})
         summary["final_metrics"] = {k: v for k, v in last.items()  # the model's figures: no rate, no timing
-                                    if k not in ("epoch", "learning_rate", *EPOCH_STATS, *TELEMETRY)}
+                                    if k not in ("epoch", "learning_rate", *NOT_METRICS)}
         summary["final_metrics_epoch"] = int(last["epoch"]) + 1 if last else None
         if str(summary.get("test_metrics_from", "")).startswith("model.evaluate"):  # not the validation's copy
             summary["final_metrics"].update(summary["test_metrics"])

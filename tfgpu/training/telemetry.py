@@ -26,11 +26,12 @@ import statistics
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from .loops import TELEMETRY
+
 #: An epoch whose input wait is at least this share (%) of its training time is input-bound.
 INPUT_BOUND_PERCENT = 10.0
-#: The per-epoch columns this module adds, in the order the epoch line shows them.
-COLUMNS = ("input_wait_seconds", "input_wait_percent", "mfu_percent", "host_cpu_percent", "host_rss_mib",
-           "gpu_utilization_percent", "gpu_memory_peak_mib", "gpu_power_w", "gpu_temperature_c")
+#: The per-epoch columns this module adds (:data:`tfgpu.training.loops.TELEMETRY`).
+COLUMNS = TELEMETRY
 DEVICE_STATS_FILE = "device_stats.csv"
 DEVICE_STATS_COLUMNS = ("epoch", "nvml_index", "name", "utilization_percent", "memory_used_mib", "memory_peak_mib",
                         "memory_total_mib", "power_w", "temperature_c", "samples")

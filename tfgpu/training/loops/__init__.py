@@ -104,6 +104,8 @@ EPOCH_STATS = ("epoch_seconds", "train_seconds", "samples_per_second")
 #: What :class:`tfgpu.training.telemetry.Telemetry` adds (:data:`tfgpu.training.telemetry.COLUMNS`), shown last.
 TELEMETRY = ("input_wait_seconds", "input_wait_percent", "mfu_percent", "host_cpu_percent", "host_rss_mib",
              "gpu_utilization_percent", "gpu_memory_peak_mib", "gpu_power_w", "gpu_temperature_c")
+#: The logs that are not the model's figures: shown in their own form, after the metrics.
+NOT_METRICS = (*EPOCH_STATS, *TELEMETRY)
 
 
 def _seconds(value: float) -> str:
@@ -142,7 +144,8 @@ def format_epoch(logs: dict[str, float]) -> str:
 
     Metrics keep Keras's own format (4 decimals; ``.4e`` below 0.001, as ``keras.utils.Progbar``); the timing
     figures of :data:`EPOCH_STATS` are rounded for reading (seconds to 2-3 significant digits, samples/s to a
-    whole number) and come next, then the :data:`TELEMETRY` figures in short form (:func:`_telemetry_items`). Display only: ``metrics.csv`` and ``summary.json`` keep the full values.
+    whole number) and come next, then the :data:`TELEMETRY` figures in short form (:func:`_telemetry_items`).
+    Display only: ``metrics.csv`` and ``summary.json`` keep the full values.
 
     Args:
         logs: an epoch's logs (metric name -> float), e.g. as Keras passes them to ``on_epoch_end``.
@@ -151,7 +154,7 @@ def format_epoch(logs: dict[str, float]) -> str:
         The ``" - "``-joined ``name: value`` items.
     """
     items = [f"{k}: {v:.4f}" if v == 0 or abs(v) >= 1e-3 else f"{k}: {v:.4e}"
-             for k, v in ((k, float(v)) for k, v in logs.items() if k not in EPOCH_STATS and k not in TELEMETRY)]
+             for k, v in ((k, float(v)) for k, v in logs.items() if k not in NOT_METRICS)]
     for key in EPOCH_STATS:
         if key in logs:
             value = float(logs[key])
@@ -167,7 +170,7 @@ def epoch_stats(callbacks: list, epoch: int) -> dict[str, float]:
     for callback in callbacks:
         record = getattr(callback, "epochs", None)
         if isinstance(record, Epochs) and record.rows and record.rows[-1].get("epoch") == epoch:
-            return {k: record.rows[-1][k] for k in ("learning_rate", *EPOCH_STATS, *TELEMETRY) if k in record.rows[-1]}
+            return {k: record.rows[-1][k] for k in ("learning_rate", *NOT_METRICS) if k in record.rows[-1]}
     return {}
 
 
@@ -203,7 +206,7 @@ def progress_callback() -> Any:
         def on_epoch_end(self, epoch: int, logs: Optional[dict] = None) -> None:
             logs = logs or {}
             if self.verbose == 1:
-                self._finalize_progbar({k: v for k, v in logs.items() if k not in EPOCH_STATS and k not in TELEMETRY})
+                self._finalize_progbar({k: v for k, v in logs.items() if k not in NOT_METRICS})
             elif self.verbose:
                 print(epoch_line(epoch, self.epochs, logs), flush=True)
 
