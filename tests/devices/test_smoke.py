@@ -157,3 +157,13 @@ def test_doctor_smoke_on_jax_runs_the_same_checks_through_jax():
     assert {s["device"] for s in smoke["steps"] if not s["ok"]} == {"cpu:0"}
     (reduce,) = smoke["all_reduce"]
     assert reduce["implementation"] == "xla_psum" and reduce["wrong"] == 2 and reduce["nan"] == 0
+
+
+@pytest.mark.slow
+def test_doctor_smoke_checks_one_machine_and_says_so_for_a_cluster_recipe():
+    result = run_cli("doctor", "--smoke", "--no-tensorflow", "--quiet", "--set",
+                     "distribute.strategy=multi_worker_mirrored")
+    assert result.returncode == 9, result.stdout + result.stderr
+    assert "Smoke test: not run: distribute.strategy is multi_worker_mirrored" in result.stdout
+    assert "--set distribute.strategy=mirrored" in result.stdout
+    assert "Smoke test on" not in result.stdout  # nothing started

@@ -69,6 +69,12 @@ def doctor(recipe: str | None, overrides: tuple[str, ...], as_json: bool, quiet:
         if config is None:
             findings.append(Finding("smoke", "error", "Smoke test", "not run: the config above could not be loaded.",
                                     "fix the config, then run 'tfgpu doctor --smoke' again."))
+        elif config.distribute.strategy == "multi_worker_mirrored":
+            findings.append(Finding(
+                "smoke", "error", "Smoke test",
+                "not run: distribute.strategy is multi_worker_mirrored, and the smoke test checks one machine's "
+                "devices in one process (it would wait for the cluster's other workers).",
+                "run it on each machine with --set distribute.strategy=mirrored: every device and pair there."))
         else:
             smoke_report = smoke_config(config)
             findings += verdicts(smoke_report)

@@ -140,12 +140,15 @@ def bench_input(recipe: Optional[str], overrides: Sequence[str] = (), steps: int
 
     cfg = load_config(recipe, overrides=overrides)
     if cfg.backend == "jax":
-        raise ConfigError("backend: jax: tfgpu bench input times the TensorFlow loops' step; a JAX run reports its "
-                          "input wait per epoch instead.",
-                          "run it with --set backend=tensorflow (the pipeline is the same tf.data pipeline).")
+        raise ConfigError("backend: jax (received jax): tfgpu bench input times TensorFlow's input pipeline against "
+                          "the TensorFlow loops' step; on JAX, Keras's JAX trainer reads NumPy batches itself, which "
+                          "tfgpu does not time.",
+                          "time the same recipe on TensorFlow with --set backend=tensorflow, or compare a JAX run's "
+                          "samples_per_second and host_cpu_percent (metrics.csv) with and without data.augment.")
     if cfg.distribute.strategy == "multi_worker_mirrored":
-        raise ConfigError("distribute.strategy: multi_worker_mirrored: tfgpu bench input times one machine.",
-                          "run it with --set distribute.strategy=auto on one of the workers' machines.")
+        raise ConfigError("distribute.strategy: multi_worker_mirrored (received multi_worker_mirrored): tfgpu bench "
+                          "input times one machine's pipeline and step, in one process.",
+                          "run it on one of the workers' machines with --set distribute.strategy=auto.")
     source, _ = preflight.check(cfg, None)
     info = setup(cfg)  # TensorFlow's start-up lines held back, as the other benchmarks do
     data, pipes = load(cfg, info, source, seed=run_seed(cfg, info, None))
