@@ -107,8 +107,8 @@ def test_an_epoch_gets_mfu_input_wait_and_device_columns_and_device_stats_csv(tm
     assert logs["gpu_memory_peak_mib"] == pytest.approx(6 * 1024)  # NVML's: no TensorFlow GPU to ask
     assert logs["gpu_power_w"] == pytest.approx(500.0) and logs["gpu_temperature_c"] == 75
     rows = list(csv.DictReader((tmp_path / "device_stats.csv").open()))
-    assert [(r["epoch"], r["nvml_index"], r["utilization_percent"]) for r in rows] == [
-        ("0", "0", "50.0"), ("0", "1", "90.0")]
+    assert [(r["epoch"], r["worker"], r["nvml_index"], r["utilization_percent"]) for r in rows] == [
+        ("0", "0", "0", "50.0"), ("0", "0", "1", "90.0")]
     facts = telemetry.close()
     assert facts["sampling_seconds"] > 0 and facts["sampling_percent_of_training"] is not None
 
@@ -187,3 +187,11 @@ def test_on_jax_xla_counts_the_same_steps_within_two_percent():
     assert "XLA's HLO cost analysis" in how
     assert 160_000 <= dense <= 1.02 * 160_000
     assert 86_400 <= convs <= 1.02 * 86_400
+
+
+def test_every_worker_writes_its_gpus_into_the_chief_directory_under_its_own_name():
+    from tfgpu.training.telemetry import stats_file
+
+    chief = SimpleNamespace(is_chief=True, cluster=None)
+    worker = SimpleNamespace(is_chief=False, cluster=SimpleNamespace(worker_index=2))
+    assert (stats_file(chief), stats_file(worker)) == ("device_stats.csv", "device_stats.worker-2.csv")

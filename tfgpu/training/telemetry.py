@@ -13,7 +13,8 @@ Every run records, per epoch, in ``metrics.csv`` (so also TensorBoard, MLflow an
 - ``host_cpu_percent``, ``host_rss_mib`` and, with GPUs, ``gpu_utilization_percent`` (mean over the GPUs),
   ``gpu_memory_peak_mib`` (the largest, TensorFlow's own peak where it has one), ``gpu_power_w`` (summed),
   ``gpu_temperature_c`` (the highest): :class:`tfgpu.devices.monitor.DeviceMonitor`, sampled 4 times a second.
-  Per GPU in ``device_stats.csv`` beside ``metrics.csv``.
+  Per GPU in ``device_stats.csv`` beside ``metrics.csv`` (another worker's GPUs: ``device_stats.worker-<i>.csv``
+  there; ``metrics.csv``'s columns are the chief's).
 
 A run whose median epoch waits for input 10 % of its training time or more gets an "input-bound" finding naming
 the recipe keys that feed the step faster (:func:`input_bound`).
@@ -33,7 +34,7 @@ INPUT_BOUND_PERCENT = 10.0
 #: The per-epoch columns this module adds (:data:`tfgpu.training.loops.TELEMETRY`).
 COLUMNS = TELEMETRY
 DEVICE_STATS_FILE = "device_stats.csv"
-DEVICE_STATS_COLUMNS = ("epoch", "nvml_index", "name", "utilization_percent", "memory_used_mib", "memory_peak_mib",
+DEVICE_STATS_COLUMNS = ("epoch", "worker", "nvml_index", "name", "utilization_percent", "memory_used_mib", "memory_peak_mib",
                         "memory_total_mib", "power_w", "temperature_c", "samples")
 
 
@@ -216,8 +217,9 @@ class Telemetry:
         flops_per_sample: training FLOPs per sample (:func:`step_flops` / replica batch), or ``None``.
         peak_flops: the devices' peak FLOP/s over all workers, or ``None``.
         tf_gpus: TensorFlow's GPU devices of this process (``"GPU:0"``...), for ``get_memory_info``'s peak.
-        stats_path: where ``device_stats.csv`` goes (with GPUs), or ``None``.
+        stats_path: where this process's ``device_stats.csv`` goes (with GPUs), or ``None``.
         facts: what ``summary.json`` records about how the figures were made.
+        worker: this process's worker index (the ``worker`` column of ``device_stats.csv``).
 
     Attributes:
         input_wait: ``() -> seconds``, the cumulative input wait of the training function (set by the loop when
@@ -226,12 +228,13 @@ class Telemetry:
 
     def __init__(self, monitor: Any = None, flops_per_sample: Optional[float] = None,
                  peak_flops: Optional[float] = None, tf_gpus: tuple[str, ...] = (),
-                 stats_path: Optional[Path] = None, facts: Optional[dict[str, Any]] = None) -> None:
+                 stats_path: Optional[Path] = None, facts: Optional[dict[str, Any]] = None, worker: int = 0) -> None:
         self.monitor = monitor
         self.flops_per_sample = flops_per_sample
         self.peak_flops = peak_flops
         self.tf_gpus = tf_gpus
         self.stats_path = stats_path
+        self.worker = worker
         self.facts = dict(facts or {})
         self.input_wait: Optional[Callable[[], float]] = None
         self._waited = 0.0
@@ -286,7 +289,7 @@ class Telemetry:
         tf_peaks = self._tf_peaks()
         rows = []
         for k, gpu in enumerate(stats.gpus):
-            rows.append({"epoch": epoch, "nvml_index": gpu.nvml_index, "name": gpu.name,
+            rows.append({"epoch": epoch, "worker": self.worker, "nvml_index": gpu.nvml_index, "name": gpu.name,
                          "utilization_percent": gpu.utilization_percent, "memory_used_mib": gpu.memory_used_mib,
                          "memory_peak_mib": tf_peaks.get(k, ""), "memory_total_mib": gpu.memory_total_mib,
                          "power_w": "" if gpu.power_w is None else gpu.power_w,
@@ -318,7 +321,13 @@ class Telemetry:
         return self.facts
 
 
-def for_run(cfg: Any, info: Any, model: Any, sample: tuple[Any, Any], run_path: Path) -> Telemetry:
+def stats_file(info: Any) -> str:
+    """This process's ``device_stats`` file name: ``device_stats.csv`` for the chief, ``device_stats.worker-<i>.csv``
+    for another worker (all in the chief's run directory, so every worker's GPUs are kept)."""
+    return DEVICE_STATS_FILE if info.is_chief else f"device_stats.worker-{info.cluster.worker_index}.csv"
+
+
+def for_run(cfg: Any, info: Any, model: Any, sample: tuple[Any, Any], run_home: Path) -> Telemetry:
     """A run's :class:`Telemetry`: the device monitor started on the worker's GPUs (NVML indices from the plan), the
     step's FLOPs counted (:func:`step_flops`, :func:`jax_step_flops` on JAX) and the devices' peak found
     (:func:`peak`; on JAX without GPUs only a CPU figure ``tfgpu bench matmul`` recorded: a JAX run does not start
@@ -326,7 +335,8 @@ def for_run(cfg: Any, info: Any, model: Any, sample: tuple[Any, Any], run_path: 
 
     Args:
         cfg: the run's config; info: its :class:`tfgpu.Setup`; model: the compiled model; sample: two training rows
-            ``(x, y)`` as the pipeline gives them; run_path: the run directory (``device_stats.csv`` goes there).
+            ``(x, y)`` as the pipeline gives them; run_home: the chief's run directory (the device statistics of
+            every worker go there: :func:`stats_file`).
     """
     from ..devices.monitor import DeviceMonitor  # noqa: PLC0415
     from ..model.keras_model import make_loss  # noqa: PLC0415
@@ -335,7 +345,7 @@ def for_run(cfg: Any, info: Any, model: Any, sample: tuple[Any, Any], run_path: 
     indices = sorted({g.nvml_index for g in plan.gpus if g.nvml_index is not None})
     monitor = DeviceMonitor(indices).start()
     facts: dict[str, Any] = {"monitor_interval_seconds": monitor.interval, "gpus_monitored": monitor.gpus,
-                             "device_stats_file": DEVICE_STATS_FILE if monitor.gpus else None}
+                             "device_stats_file": stats_file(info) if monitor.gpus else None}
     batch = plan.batch_size_per_replica
     if plan.backend == "jax":
         from ..devices.peaks import read_cpu_peak  # noqa: PLC0415
@@ -356,8 +366,8 @@ def for_run(cfg: Any, info: Any, model: Any, sample: tuple[Any, Any], run_path: 
                   "workers": plan.num_workers})
     tf_gpus = tuple(f"GPU:{i}" for i in range(sum("GPU" in d.upper() for d in info.logical_devices)))
     return Telemetry(monitor, flops / batch if flops else None, per_worker * plan.num_workers if per_worker else None,
-                     tf_gpus if plan.backend != "jax" else (), run_path / DEVICE_STATS_FILE if monitor.gpus else None,
-                     facts)
+                     tf_gpus if plan.backend != "jax" else (), run_home / stats_file(info) if monitor.gpus else None,
+                     facts, info.cluster.worker_index if info.cluster is not None else 0)
 
 
 def input_bound(rows: list[dict[str, Any]], cfg: Any) -> Optional[dict[str, Any]]:

@@ -401,7 +401,7 @@ class Trainer:
         if state is not None and at is not None and start.epoch >= at:
             transfer.unfreeze(self)  # train.unfreeze: the checkpoint holds the second phase's optimizer
         # the rate first: the epoch statistics' rows (summary.json, the custom loop's epoch line) then hold it too
-        self.telemetry = telemetry.for_run(self.cfg, self.info, self.model, sample_batch(self.data), run.path)
+        self.telemetry = telemetry.for_run(self.cfg, self.info, self.model, sample_batch(self.data), run.home)
         self.rows = run.epochs.rows
         callbacks = [learning_rate_callback(self.optimizer),
                      epoch_stats_callback(self.train_samples, run.epochs, self.telemetry),
