@@ -193,18 +193,24 @@ def _inputs(seed: int = 0) -> dict[str, Any]:
                         "sum": np.array([values.astype(np.float64).sum()])}}
 
 
-def _inject(tensor: Any, device: str, faults: Faults) -> Any:
-    """The seam: ``tensor`` as a faulty ``device`` would give it (one element off by one, or NaN)."""
+def _corrupt(tensor: Any, nan: bool = False) -> Any:
+    """``tensor`` with its first element off by one (``nan``: NaN): what the seam injects."""
     import tensorflow as tf  # noqa: PLC0415
 
-    name = device.lower()
-    if name not in faults.wrong and name not in faults.nan:
-        return tensor
     flat = tf.reshape(tensor, [-1])
-    bad = tf.constant([math.nan if name in faults.nan else 1.0], flat.dtype)
-    flat = tf.tensor_scatter_nd_add(flat, [[0]], bad) if name not in faults.nan else tf.tensor_scatter_nd_update(
-        flat, [[0]], bad)
+    if nan:
+        flat = tf.tensor_scatter_nd_update(flat, [[0]], tf.constant([math.nan], flat.dtype))
+    else:
+        flat = tf.tensor_scatter_nd_add(flat, [[0]], tf.constant([1.0], flat.dtype))
     return tf.reshape(flat, tf.shape(tensor))
+
+
+def _inject(tensor: Any, device: str, faults: Faults) -> Any:
+    """The seam: ``tensor`` as ``device`` gives it, faulty when :data:`FAULTS_ENV` names it."""
+    name = device.lower()
+    if name in faults.nan:
+        return _corrupt(tensor, nan=True)
+    return _corrupt(tensor) if name in faults.wrong else tensor
 
 
 def _compare(device: str, op: str, got: Any, want: Any, tolerance: float) -> StepCheck:
@@ -286,7 +292,7 @@ def all_reduce(devices: Sequence[str], indices: Sequence[int], name: str, config
                                     lambda d=d, v=value: _inject(v, d, faults), lambda v=value: v)
             total = context.all_reduce("sum", value)
             if corrupt_pair:  # the seam: this pair's NCCL sums wrong
-                total = _inject(total, "wrong", Faults(wrong=frozenset({"wrong"})))
+                total = _corrupt(total)
             return total
 
         step = tf.function(lambda: strategy.run(replica))
