@@ -216,7 +216,8 @@ class Telemetry:
         monitor: a started :class:`tfgpu.devices.monitor.DeviceMonitor`, or ``None``.
         flops_per_sample: training FLOPs per sample (:func:`step_flops` / replica batch), or ``None``.
         peak_flops: the devices' peak FLOP/s over all workers, or ``None``.
-        tf_gpus: TensorFlow's GPU devices of this process (``"GPU:0"``...), for ``get_memory_info``'s peak.
+        tf_gpus: TensorFlow's logical GPU devices of this process, each with its physical GPU's NVML index
+            (``((0, "GPU:0"), (0, "GPU:1"), (1, "GPU:2"))``), for ``get_memory_info``'s peak (summed per GPU).
         stats_path: where this process's ``device_stats.csv`` goes (with GPUs), or ``None``.
         facts: what ``summary.json`` records about how the figures were made.
         worker: this process's worker index (the ``worker`` column of ``device_stats.csv``).
@@ -227,7 +228,7 @@ class Telemetry:
     """
 
     def __init__(self, monitor: Any = None, flops_per_sample: Optional[float] = None,
-                 peak_flops: Optional[float] = None, tf_gpus: tuple[str, ...] = (),
+                 peak_flops: Optional[float] = None, tf_gpus: tuple[tuple[int, str], ...] = (),
                  stats_path: Optional[Path] = None, facts: Optional[dict[str, Any]] = None, worker: int = 0) -> None:
         self.monitor = monitor
         self.flops_per_sample = flops_per_sample
@@ -246,7 +247,7 @@ class Telemetry:
         if self.tf_gpus:
             import tensorflow as tf  # noqa: PLC0415
 
-            for device in self.tf_gpus:
+            for _, device in self.tf_gpus:
                 try:
                     tf.config.experimental.reset_memory_stats(device)
                 except (ValueError, RuntimeError):
@@ -255,16 +256,18 @@ class Telemetry:
             self._waited = self.input_wait()
 
     def _tf_peaks(self) -> dict[int, float]:
+        """TensorFlow's peak memory this epoch per physical GPU (NVML index), MiB: its logical devices' summed."""
         if not self.tf_gpus:
             return {}
         import tensorflow as tf  # noqa: PLC0415
 
-        peaks = {}
-        for i, device in enumerate(self.tf_gpus):
+        peaks: dict[int, float] = {}
+        for nvml_index, device in self.tf_gpus:
             try:
-                peaks[i] = tf.config.experimental.get_memory_info(device)["peak"] / 2**20
+                peak_mib = tf.config.experimental.get_memory_info(device)["peak"] / 2**20
             except (ValueError, RuntimeError):
-                pass
+                continue
+            peaks[nvml_index] = peaks.get(nvml_index, 0.0) + peak_mib
         return peaks
 
     def end_epoch(self, epoch: int, logs: dict[str, Any], train_seconds: float, samples: int) -> None:
@@ -288,10 +291,10 @@ class Telemetry:
             return
         tf_peaks = self._tf_peaks()
         rows = []
-        for k, gpu in enumerate(stats.gpus):
+        for gpu in stats.gpus:
             rows.append({"epoch": epoch, "worker": self.worker, "nvml_index": gpu.nvml_index, "name": gpu.name,
                          "utilization_percent": gpu.utilization_percent, "memory_used_mib": gpu.memory_used_mib,
-                         "memory_peak_mib": tf_peaks.get(k, ""), "memory_total_mib": gpu.memory_total_mib,
+                         "memory_peak_mib": tf_peaks.get(gpu.nvml_index, ""), "memory_total_mib": gpu.memory_total_mib,
                          "power_w": "" if gpu.power_w is None else gpu.power_w,
                          "temperature_c": "" if gpu.temperature_c is None else gpu.temperature_c,
                          "samples": gpu.samples})
@@ -342,7 +345,8 @@ def for_run(cfg: Any, info: Any, model: Any, sample: tuple[Any, Any], run_home: 
     from ..model.keras_model import make_loss  # noqa: PLC0415
 
     plan = info.plan
-    indices = sorted({g.nvml_index for g in plan.gpus if g.nvml_index is not None})
+    # in TensorFlow's order (CUDA_VISIBLE_DEVICES may reorder them), each physical GPU once (MIG instances: theirs)
+    indices = list(dict.fromkeys(g.nvml_index for g in plan.gpus if g.nvml_index is not None))
     monitor = DeviceMonitor(indices).start()
     facts: dict[str, Any] = {"monitor_interval_seconds": monitor.interval, "gpus_monitored": monitor.gpus,
                              "device_stats_file": stats_file(info) if monitor.gpus else None}
@@ -364,9 +368,12 @@ def for_run(cfg: Any, info: Any, model: Any, sample: tuple[Any, Any], run_home: 
     facts.update({"flops_per_replica_step": flops, "flops_per_sample": flops / batch if flops else None,
                   "flops_counted_by": how, "peak_flops_per_worker": per_worker, "peak_source": source,
                   "workers": plan.num_workers})
-    tf_gpus = tuple(f"GPU:{i}" for i in range(sum("GPU" in d.upper() for d in info.logical_devices)))
+    per_gpu = max(1, cfg.devices.gpu_logical_devices)
+    logical = sum("GPU" in d.upper() for d in info.logical_devices) if plan.backend != "jax" else 0
+    tf_gpus = tuple((plan.gpus[i // per_gpu].nvml_index, f"GPU:{i}") for i in range(logical)
+                    if i // per_gpu < len(plan.gpus) and plan.gpus[i // per_gpu].nvml_index is not None)
     return Telemetry(monitor, flops / batch if flops else None, per_worker * plan.num_workers if per_worker else None,
-                     tf_gpus if plan.backend != "jax" else (), run_home / stats_file(info) if monitor.gpus else None,
+                     tf_gpus, run_home / stats_file(info) if monitor.gpus else None,
                      facts, info.cluster.worker_index if info.cluster is not None else 0)
 
 
