@@ -167,3 +167,8 @@ def test_doctor_smoke_checks_one_machine_and_says_so_for_a_cluster_recipe():
     assert "Smoke test: not run: distribute.strategy is multi_worker_mirrored" in result.stdout
     assert "--set distribute.strategy=mirrored" in result.stdout
     assert "Smoke test on" not in result.stdout  # nothing started
+
+
+def test_doctor_smoke_refuses_another_machines_facts():
+    result = run_cli("doctor", "--smoke", "--facts", "facts.json")
+    assert result.returncode == 2 and "--smoke runs its checks on this machine's devices" in result.stderr

@@ -52,6 +52,9 @@ def doctor(recipe: str | None, overrides: tuple[str, ...], as_json: bool, quiet:
     from ..errors import ConfigError  # noqa: PLC0415
     from ..devices.probe import gather_facts, load_facts  # noqa: PLC0415
 
+    if smoke and facts_file:
+        raise click.UsageError("--smoke runs its checks on this machine's devices, and --facts diagnoses another "
+                               "machine's facts from a file: use one of them.")
     findings_pre: list = []
     try:
         config = load_config(recipe, overrides=overrides)
