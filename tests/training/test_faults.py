@@ -432,6 +432,36 @@ def _sigint() -> None:
     time.sleep(0.05)  # the handler runs at the next bytecode: here
 
 
+def test_a_second_stop_signal_while_the_run_writes_how_it_ended_is_recorded_not_raised(tmp_path):
+    """A run preempted by SIGTERM writes summary.json "preempted" on its way out; a second SIGTERM arriving during
+    that write (StopSignals.ending) must not raise into it, which would leave summary.json saying "running"
+    (seen once in CI: a sweep's trial got its stop while its summary was being written). With real signals and a
+    real RunDir in this process."""
+    from tfgpu.errors import Preempted
+    from tfgpu.training.checkpoint import StopSignals
+    from tfgpu.training.rundir import RunDir
+
+    stop = StopSignals(None)
+    run = RunDir(tmp_path)
+    run.summary = {"status": "running"}
+
+    def outcome() -> dict:  # what the trainer records on the way out; the second signal arrives meanwhile
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.05)
+        return {"seen": stop.received}
+
+    with stop.installed():
+        stop.received = "SIGTERM"  # the first one: the checkpoint callback stopped the run with it
+        with pytest.raises(Preempted, match="stopped at epoch 3"):
+            with run.running(outcome, stop.ending):
+                raise Preempted("SIGTERM arrived: stopped at epoch 3 step 0 with a checkpoint.")
+        summary = json.loads((tmp_path / "summary.json").read_text())
+        assert summary["status"] == "preempted" and summary["seen"] == "SIGTERM"
+        with pytest.raises(Preempted):  # outside training and outside the ending, a signal stops at once, as before
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)
+
+
 def _ctrl_c_cases() -> None:
     from tfgpu.training.checkpoint import StopSignals
 

@@ -465,6 +465,19 @@ class StopSignals:
             raise self.stopped()
 
     @contextlib.contextmanager
+    def ending(self) -> Iterator[None]:
+        """While the run writes how it ended (``summary.json``'s last status): a stop signal only sets
+        :attr:`received`, and nothing is raised when the block ends: the run is ending already, and a signal raised
+        into that write would leave ``summary.json`` saying ``running``. A Ctrl-C after a Ctrl-C still stops at
+        once."""
+        was = self._deferred
+        self._deferred = True
+        try:
+            yield
+        finally:
+            self._deferred = was
+
+    @contextlib.contextmanager
     def deferred(self) -> Iterator[None]:
         """Inside: a signal only sets :attr:`received` (the checkpoint callback stops at the next call boundary)."""
         self.check()  # a signal that arrived just before: stop now

@@ -43,7 +43,7 @@ import shutil
 import statistics
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, ContextManager, Iterator, Optional
 
 from ..config import Config, run_name
 from ..devices.startup_log import RUN_FILE as STARTUP_LOG_FILE
@@ -359,7 +359,8 @@ class RunDir:
         write_json(self.path / SUMMARY_FILE, summary)
 
     @contextlib.contextmanager
-    def running(self, outcome: Callable[[], dict[str, Any]]) -> Iterator[None]:
+    def running(self, outcome: Callable[[], dict[str, Any]],
+                ending: Callable[[], ContextManager[Any]] = contextlib.nullcontext) -> Iterator[None]:
         """The training, saving and testing of the run: how the block ends is how the run ends.
 
         Normally: ``completed``. Ctrl-C: ``interrupted``, raised as
@@ -370,12 +371,13 @@ class RunDir:
         TensorFlow error during training): ``failed``, raised as
         :class:`~tfgpu.errors.TrainingError`. ``outcome()`` gives what the
         summary records of the training however it ended (checkpoint saves,
-        traces).
+        traces). ``ending()`` holds the stop signals while the last status is
+        written (:meth:`tfgpu.training.checkpoint.StopSignals.ending`).
         """
         try:
             yield
         except KeyboardInterrupt:
-            self._end("interrupted", None, outcome)
+            self._end("interrupted", None, outcome, ending)
             raise Interrupted(
                 f"interrupted after {len(self.epochs.rows)} of {self._planned} epochs; {self.path} keeps the config, "
                 "the metrics of the finished epochs and summary.json.",
@@ -385,18 +387,18 @@ class RunDir:
             code = disk_full(exc) if isinstance(exc, Exception) else None
             if code is not None:
                 error = self._disk_full(exc, code)
-                self._end("failed", error.message, outcome)
+                self._end("failed", error.message, outcome, ending)
                 raise error from (None if isinstance(exc, TfgpuError) else exc)
             if isinstance(exc, Preempted):  # raised by the checkpoint callback, which does not know the run directory
-                self._end("preempted", str(exc), outcome)
+                self._end("preempted", str(exc), outcome, ending)
                 raise Preempted(exc.message, f"continue with 'tfgpu run --resume {self.path}' (exit code 75 means: "
                                              "run this job again).") from None
             if isinstance(exc, TfgpuError):
-                self._end("failed", str(exc), outcome)
+                self._end("failed", str(exc), outcome, ending)
                 raise
             if not isinstance(exc, Exception):
                 raise
-            self._end("failed", f"{type(exc).__name__}: {exc}", outcome)
+            self._end("failed", f"{type(exc).__name__}: {exc}", outcome, ending)
             raise TrainingError(
                 f"training failed in epoch {min(len(self.epochs.rows) + 1, self._planned)}: {type(exc).__name__}: "
                 f"{gist(exc)}.",
@@ -404,14 +406,17 @@ class RunDir:
                  else "the chief's run directory keeps what was written") + "; run with --debug for the traceback.",
             ) from exc
         try:
-            self.finish("completed", fields=outcome())
+            with ending():
+                self.finish("completed", fields=outcome())
         except DiskFull as exc:
             raise self._disk_full(exc, exc.code) from None
 
-    def _end(self, status: str, error: Optional[str], outcome: Callable[[], dict[str, Any]]) -> None:
+    def _end(self, status: str, error: Optional[str], outcome: Callable[[], dict[str, Any]],
+             ending: Callable[[], ContextManager[Any]] = contextlib.nullcontext) -> None:
         """:meth:`finish` on the way out of a failed run: never raises over the error that ended it."""
         try:
-            self.finish(status, error, outcome())
+            with ending():
+                self.finish(status, error, outcome())
         except TfgpuError:
             pass  # summary.json keeps "running"; its process record shows that this process has ended
 

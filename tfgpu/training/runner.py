@@ -282,7 +282,7 @@ def train(run_dir: RunDir, trainer: Trainer, resumed: Any) -> RunResult:
     state = resumed.state if resumed is not None else None
     start = resumed.start if resumed is not None else ckpt.Position()
     stop = trainer.stop or ckpt.StopSignals(None)
-    with run_dir.running(trainer.outcome):
+    with run_dir.running(trainer.outcome, stop.ending):
         stop.doing = "restoring the checkpoint"
         callbacks = trainer.callbacks(run_dir, state, start)
         if chief and state:
