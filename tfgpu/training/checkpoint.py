@@ -447,12 +447,8 @@ class StopSignals:
         point of the outer); :meth:`check` inside stops at a safe point of the
         block's own.
         """
-        was = self._deferred
-        self._deferred = True
-        try:
+        with self.ending():  # a signal only recorded inside
             yield
-        finally:
-            self._deferred = was
         self.check()
 
     def check(self) -> None:
