@@ -273,7 +273,6 @@ def all_reduce(devices: Sequence[str], indices: Sequence[int], name: str, config
                pattern: Any) -> ReduceCheck:
     """Sum ``(replica + 1) x pattern`` over ``devices`` with cross-device ops ``name``; check every replica's result
     is exactly ``n (n + 1) / 2 x pattern`` (:class:`ReduceCheck`)."""
-    import numpy as np  # noqa: PLC0415
     import tensorflow as tf  # noqa: PLC0415
 
     check = ReduceCheck(tuple(devices), tuple(indices), name, configured)
@@ -296,25 +295,32 @@ def all_reduce(devices: Sequence[str], indices: Sequence[int], name: str, config
             return total
 
         step = tf.function(lambda: strategy.run(replica))
-        step()  # traced, and warm
-        best = math.inf
-        for _ in range(3):
-            began = time.perf_counter()
-            results = strategy.experimental_local_results(step())
-            got = [r.numpy() for r in results]
-            best = min(best, time.perf_counter() - began)
-        n = len(devices)
-        want = pattern.astype(np.float64) * (n * (n + 1) / 2)
-        wrong = nan = 0
-        for value in got:
-            value = value.astype(np.float64)
-            finite = np.isfinite(value)
-            nan += int(np.sum(~finite))
-            wrong += int(np.sum(finite & (value != want)))
+        got: list = []
+        best = _best_seconds(lambda: got.__setitem__(slice(None), [
+            r.numpy() for r in strategy.experimental_local_results(step())]))  # each call reads every replica's
+        wrong, nan = _sum_errors(got, pattern, len(devices))
         return ReduceCheck(check.devices, check.indices, name, configured, wrong, nan, best)
     except Exception as exc:  # noqa: BLE001 - a failing implementation is a finding, not a crash
         return ReduceCheck(check.devices, check.indices, name, configured,
                            error=f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+
+
+def _sum_errors(results: Any, pattern: Any, n: int) -> tuple[int, int]:
+    """``(wrong, nan)``: elements of ``results`` (every replica's, stacked or listed) that are not the exact sum
+    ``n (n + 1) / 2 x pattern``, and those that are NaN or infinite."""
+    import numpy as np  # noqa: PLC0415
+
+    got = np.asarray(results, np.float64).reshape(-1, pattern.size)
+    finite = np.isfinite(got)
+    want = pattern.astype(np.float64) * (n * (n + 1) / 2)
+    return int(np.sum(finite & (got != want))), int(np.sum(~finite))
+
+
+def _best_seconds(call: Any) -> float:
+    """The fastest of 3 timed calls of ``call`` after one untimed (:func:`tfgpu.devices.bench._time`), seconds."""
+    from .bench import _time  # noqa: PLC0415
+
+    return _time(call, 3).min_ms / 1e3
 
 
 def reduce_groups(devices: Sequence[str]) -> list[tuple[int, ...]]:
@@ -352,15 +358,11 @@ def copy_bandwidth(source: str, target: str, link: str, nbytes: int) -> CopyChec
     with tf.device(source):
         x = tf.ones([nbytes // 4], tf.float32) + 0.0
 
-    def once() -> float:
-        began = time.perf_counter()
+    def once() -> None:
         with tf.device(target):
-            y = tf.identity(x)
-            y[0].numpy()
-        return time.perf_counter() - began
+            tf.identity(x)[0].numpy()
 
-    once()
-    seconds = min(once() for _ in range(3))
+    seconds = _best_seconds(once)
     return CopyCheck(source, target, nbytes, nbytes / seconds / 1e9 if seconds > 0 else math.inf, link,
                      LINK_FLOOR_GBPS.get(link))
 
@@ -559,27 +561,16 @@ def run_smoke_jax(devices: Sequence[Any], faults: Optional[Faults] = None) -> Sm
                 summed = jax.jit(jax.shard_map(lambda x: jax.lax.psum(x, "i"), mesh=mesh,
                                                in_specs=jax.sharding.PartitionSpec("i"),
                                                out_specs=jax.sharding.PartitionSpec("i")))
-                summed(stacked).block_until_ready()
-                best = math.inf
-                for _ in range(3):
-                    began = time.perf_counter()
-                    got = np.asarray(summed(stacked), np.float64).reshape(n, -1)
-                    best = min(best, time.perf_counter() - began)
-                want = pattern.astype(np.float64) * (n * (n + 1) / 2)
-                finite = np.isfinite(got)
-                check = ReduceCheck(check.devices, group, "xla_psum", True, int(np.sum(finite & (got != want))),
-                                    int(np.sum(~finite)), best)
+                got: list = []
+                best = _best_seconds(lambda: got.__setitem__(slice(None), [np.asarray(summed(stacked))]))  # noqa: B023
+                wrong, nan = _sum_errors(got, pattern, n)
+                check = ReduceCheck(check.devices, group, "xla_psum", True, wrong, nan, best)
             except Exception as exc:  # noqa: BLE001 - a failing collective is a finding
                 check = ReduceCheck(check.devices, group, "xla_psum", True, error=f"{type(exc).__name__}: {exc}")
             report.reduces.append(check)
         for i, j in itertools.combinations(range(len(devices)), 2):
             x = jax.device_put(np.ones(COPY_BYTES["CPU"] // 4, np.float32), devices[i])
-            jax.device_put(x, devices[j]).block_until_ready()
-            best = math.inf
-            for _ in range(3):
-                began = time.perf_counter()
-                jax.device_put(x, devices[j]).block_until_ready()
-                best = min(best, time.perf_counter() - began)
+            best = _best_seconds(lambda: jax.device_put(x, devices[j]).block_until_ready())  # noqa: B023
             gpu = devices[i].platform == "gpu"
             report.copies.append(CopyCheck(names[i], names[j], COPY_BYTES["CPU"], COPY_BYTES["CPU"] / best / 1e9,
                                            "unknown" if gpu else "host memory (logical devices)"))
