@@ -203,7 +203,8 @@ class Trainer:
                 self.val_metrics = make_metrics(cfg.model.metrics, cfg.model.loss, prefix="val_")
         # A loss or metric that does not fit the labels fails here, as a configuration error, before
         # anything is written, rather than inside the first training step.
-        check_fits(self.model, cfg.model.loss, cfg.model.metrics, *sample_batch(data), task=spec.task)
+        self.sample = sample_batch(data)  # two training rows as the pipeline gives them (also the FLOPs count's shapes)
+        check_fits(self.model, cfg.model.loss, cfg.model.metrics, *self.sample, task=spec.task)
         # train.early_stopping / train.callbacks: every monitor is a figure the run logs (tfgpu.training.callbacks).
         with info.scope():
             compiled = self.metrics if self.metrics is not None else make_metrics(cfg.model.metrics, cfg.model.loss)
@@ -401,7 +402,7 @@ class Trainer:
         if state is not None and at is not None and start.epoch >= at:
             transfer.unfreeze(self)  # train.unfreeze: the checkpoint holds the second phase's optimizer
         # the rate first: the epoch statistics' rows (summary.json, the custom loop's epoch line) then hold it too
-        self.telemetry = telemetry.for_run(self.cfg, self.info, self.model, sample_batch(self.data), run.home)
+        self.telemetry = telemetry.for_run(self.cfg, self.info, self.model, self.sample, run.home)
         self.rows = run.epochs.rows
         callbacks = [learning_rate_callback(self.optimizer),
                      epoch_stats_callback(self.train_samples, run.epochs, self.telemetry),
