@@ -28,9 +28,14 @@ MAX_RESTARTS = 3
                    "TensorFlow, load the data, build the model, optimizer, loss and metrics and run them on two "
                    "training samples, build the callbacks (with --resume: check the run it would continue). Not "
                    "with --workers N.")
+@click.option("--fast-dev-run", is_flag=True,
+              help="The whole path in seconds: 1 training step, 1 validation and 1 test batch, checkpoint and "
+                   "model.keras saved, reloaded and evaluated; nothing kept unless --keep. Not with --workers, "
+                   "--resume or --dry-run.")
+@click.option("--keep", metavar="DIR", help="With --fast-dev-run: write the run directory under DIR and keep it.")
 @handle_errors
 def run(recipe: str | None, overrides: tuple[str, ...], output_dir: str | None, workers: int, resume: str | None,
-        max_restarts: int, dry_run: bool) -> None:
+        max_restarts: int, dry_run: bool, fast_dev_run: bool, keep: str | None) -> None:
     """Train RECIPE's model under its tf.distribute strategy and write a run directory.
 
     \b
@@ -48,6 +53,11 @@ def run(recipe: str | None, overrides: tuple[str, ...], output_dir: str | None, 
     (train.checkpoint.requeue_signal, SIGUSR1) save a checkpoint and exit
     with 75; with --workers they are forwarded to the workers, which die
     with this process.
+
+    --fast-dev-run trains 1 step, validates and tests 1 batch, saves,
+    reloads model.keras and evaluates it, in a temporary run directory
+    deleted when it passes (--keep DIR keeps it): a recipe's whole path in
+    seconds.
 
     --dry-run stops where the run directory would be written (exit 0) and
     writes nothing: it catches what 'tfgpu plan RECIPE' cannot, such as a
@@ -67,6 +77,19 @@ def run(recipe: str | None, overrides: tuple[str, ...], output_dir: str | None, 
             f"--dry-run checks one process and cannot start --workers {workers}; check the recipe and worker 0's "
             f"plan with 'tfgpu plan RECIPE --workers {workers}', or leave --workers out to dry-run the model "
             "against the data in one process.")
+    if keep is not None and not fast_dev_run:
+        raise click.UsageError("--keep DIR goes with --fast-dev-run (a run's directory is always kept).")
+    if fast_dev_run:
+        others = [name for name, given in (("--workers", workers > 1), ("--resume", resume), ("--dry-run", dry_run),
+                                           ("--output-dir", output_dir)) if given]
+        if others:
+            raise click.UsageError(f"--fast-dev-run runs one process on a throw-away run directory; it does not "
+                                   f"take {', '.join(others)} (--keep DIR keeps its run directory).")
+        from ..serving.fast_dev import fast_dev_run as fast  # noqa: PLC0415
+
+        for line in fast(recipe, overrides, keep):
+            click.echo(line)
+        return
     if dry_run:
         for line in dry_run_recipe(recipe, overrides, output_dir, resume=resume):
             click.echo(line)

@@ -938,6 +938,67 @@ class UnfreezeConfig(_Section):
         return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
 
 
+#: ``train.max_time``'s units: ``3h50m``, ``90m``, ``1d12h``, ``45s`` (:func:`duration_seconds`).
+DURATION_UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)d)?(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?$")
+
+
+def duration_seconds(value: Any) -> float:
+    """A duration as seconds: a number (seconds), or ``[Nd][Nh][Nm][Ns]`` such as ``3h50m``, ``90m``, ``1d12h``,
+    ``45s``, ``1.5h``; Slurm's ``[D-]HH:MM:SS`` and ``MM:SS`` too (``03:50:00``, ``1-00:00:00``).
+
+    Raises:
+        ValueError: anything else, or a duration of 0 or less.
+    """
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value)
+    elif isinstance(value, str) and re.fullmatch(r"(\d+-)?\d+(:\d{1,2}){1,2}", value.strip()):
+        days, _, clock = value.strip().rpartition("-")
+        parts = [int(p) for p in clock.split(":")]
+        while len(parts) < 3:
+            parts.insert(0, 0)
+        seconds = (int(days) if days else 0) * 86400 + parts[0] * 3600 + parts[1] * 60 + parts[2]
+    elif isinstance(value, str) and value.strip() and (found := _DURATION.match(value.strip().lower())):
+        seconds = sum(float(n) * unit for n, unit in zip(found.groups(), DURATION_UNITS.values()) if n)
+    else:
+        raise ValueError("expected a duration: seconds, or e.g. 3h50m, 90m, 1d12h, 45s, or Slurm's 03:50:00")
+    if not seconds > 0:
+        raise ValueError("expected a duration above 0, e.g. 3h50m")
+    return seconds
+
+
+class GradientClippingConfig(_Section):
+    """``train.gradient_clipping``: one of three ways, applied to the gradient all-reduced over every replica
+    (:mod:`tfgpu.training.loops.gradients`), before the optimizer's update.
+
+    Attributes:
+        global_norm: scale all gradients together so that their global L2 norm is at most this
+            (Keras ``global_clipnorm``; ``tf.clip_by_global_norm``).
+        norm: scale each variable's gradient so that its L2 norm is at most this (Keras ``clipnorm``).
+        value: clip each gradient element to ``[-value, value]`` (Keras ``clipvalue``).
+    """
+
+    global_norm: Optional[float] = Field(None, gt=0)
+    norm: Optional[float] = Field(None, gt=0)
+    value: Optional[float] = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def _one_way(self) -> "GradientClippingConfig":
+        given = [k for k in ("global_norm", "norm", "value") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError("expected exactly one of global_norm, norm or value, e.g. {global_norm: 1.0}; "
+                             f"received {', '.join(given) or 'none'}")
+        return self
+
+    @property
+    def keras_argument(self) -> tuple[str, float]:
+        """``(name, value)``: the Keras optimizer argument (``global_clipnorm``, ``clipnorm`` or ``clipvalue``)."""
+        for key, name in (("global_norm", "global_clipnorm"), ("norm", "clipnorm"), ("value", "clipvalue")):
+            if getattr(self, key) is not None:
+                return name, float(getattr(self, key))
+        raise AssertionError("validated: one is set")
+
+
 class TrainConfig(_Section):
     """The training loop.
 
@@ -989,6 +1050,20 @@ class TrainConfig(_Section):
             from ``keras.callbacks`` (e.g. ``ReduceLROnPlateau``, ``ModelCheckpoint``),
             or ``module:Class`` for one of your own; relative file paths in
             their arguments are inside the run directory (:mod:`tfgpu.training.callbacks`).
+
+        gradient_accumulation_steps: micro-batches per optimizer step (1: none). Each replica takes
+            ``K x batch_size_per_replica`` rows a step and runs them as ``K`` micro-batches of
+            ``batch_size_per_replica`` one after another, summing their gradients; the sum is all-reduced once and
+            applied once (:mod:`tfgpu.training.loops.gradients`). The effective batch is per replica x replicas x K;
+            ``steps_per_epoch``, schedules, ``lr_scaling`` and checkpoints count optimizer steps.
+        gradient_clipping: :class:`GradientClippingConfig`, applied after the all-reduce; ``null``: none.
+        steps_per_epoch: at most this many optimizer steps an epoch (the first of each epoch's shuffle);
+            ``null``: the whole training split.
+        validation_steps: at most this many validation batches an epoch; ``null``: the whole split.
+        test_steps: at most this many batches of the test split when the run ends; ``null``: the whole split.
+        max_time: stop cleanly after this long of training (``3h50m``, ``90m``, Slurm's ``03:50:00``): a
+            checkpoint is saved at the next call boundary and the run exits 75 (``preempted``), as for a
+            scheduler's signal, so ``tfgpu run --resume`` continues it. Counted from this process's start.
     """
 
     loop: Literal["fit", "custom"] = "fit"
@@ -1005,6 +1080,17 @@ class TrainConfig(_Section):
     early_stopping: Optional[EarlyStoppingConfig] = None
     callbacks: list[Any] = Field(default_factory=list)
     class_weight: Union[Literal["balanced"], dict[Union[int, str], float], None] = None
+    gradient_accumulation_steps: int = Field(1, ge=1, le=4096)
+    gradient_clipping: Optional[GradientClippingConfig] = None
+    steps_per_epoch: Optional[int] = Field(None, ge=1, le=10**9)
+    validation_steps: Optional[int] = Field(None, ge=1, le=10**9)
+    test_steps: Optional[int] = Field(None, ge=1, le=10**9)
+    max_time: Optional[float] = None
+
+    @field_validator("max_time", mode="before")
+    @classmethod
+    def _check_max_time(cls, value: Any) -> Any:
+        return None if value is None else duration_seconds(value)
 
     @field_validator("lr_schedule", mode="before")
     @classmethod

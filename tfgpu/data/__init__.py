@@ -57,12 +57,13 @@ def source_for(cfg: DataConfig, loss: Any = "sparse_categorical_crossentropy",
 
 
 def prepare(source: Source, cfg: DataConfig, context: LoadContext, train: bool = True,
-            class_weight: Any = None) -> tuple[Data, Any]:
+            class_weight: Any = None, cuts: Any = None) -> tuple[Data, Any]:
     """Load a checked source, decode streamed splits into memory where ``cache`` says so, and build the pipelines.
 
     Call after :func:`tfgpu.setup` (this imports TensorFlow). ``train=False``
     (evaluation) leaves the training split undecoded. ``class_weight``: ``train.class_weight``
-    (the training batches then carry per-sample weights).
+    (the training batches then carry per-sample weights). ``cuts``: a :class:`~tfgpu.data.pipeline.Cuts`
+    (accumulation and the steps each pass is cut to; default none).
 
     Returns:
         ``(data, pipelines)``: the :class:`Data` (in memory where decoded) and
@@ -72,7 +73,7 @@ def prepare(source: Source, cfg: DataConfig, context: LoadContext, train: bool =
     Raises:
         DataError: the data cannot be read or does not fit the config.
     """
-    from .pipeline import BATCHES_CACHED, build_pipelines, materialize  # noqa: PLC0415
+    from .pipeline import BATCHES_CACHED, Cuts, build_pipelines, materialize  # noqa: PLC0415
 
     data = source.load(context)
     data, cache = materialize(data, cfg, context.seed, skip=() if train else ("train",),
@@ -80,7 +81,7 @@ def prepare(source: Source, cfg: DataConfig, context: LoadContext, train: bool =
                               workers=context.num_workers)
     cached = {name for name, how in cache.items() if how.startswith(BATCHES_CACHED)}
     pipes = build_pipelines(data, cfg, context.global_batch_size, context.seed, context.num_workers, cached,
-                            class_weight=class_weight if train else None)
+                            class_weight=class_weight if train else None, cuts=cuts or Cuts())
     pipes.info["cache"] = cache
     return data, pipes
 
@@ -122,7 +123,9 @@ def load(cfg: Config, info: Any, source: Source, train: bool = True, seed: Optio
     several workers, the pipelines carry each worker's sharding policy. On
     ``backend: jax``, :func:`prepare_for_jax`'s feeds (no TensorFlow); else
     :func:`prepare`'s ``tf.data`` pipelines. ``seed``: the shuffles' seed
-    (the run's, :func:`tfgpu.training.runner.run_seed`); default :func:`data_seed`.
+    (the run's, :func:`tfgpu.training.runner.run_seed`); default :func:`data_seed`. ``train.gradient_accumulation_steps``,
+    ``train.steps_per_epoch``, ``train.validation_steps`` and ``train.test_steps`` shape the batches
+    (:class:`~tfgpu.data.pipeline.Cuts`).
 
     Raises:
         DataError: the data cannot be read or does not fit the config.
@@ -133,8 +136,12 @@ def load(cfg: Config, info: Any, source: Source, train: bool = True, seed: Optio
                           num_workers=cluster.num_workers if cluster else 1,
                           worker_index=cluster.worker_index if cluster else 0,
                           workers_on_host=workers_on_host(cluster))
+    from .pipeline import Cuts  # noqa: PLC0415
+
+    cuts = Cuts(accumulation=cfg.train.gradient_accumulation_steps, steps_per_epoch=cfg.train.steps_per_epoch,
+                validation_steps=cfg.train.validation_steps, test_steps=cfg.train.test_steps)
     if info.backend == "jax":
         from .feed import prepare_for_jax  # noqa: PLC0415
 
-        return prepare_for_jax(source, cfg.data, context, info.num_replicas, train)
-    return prepare(source, cfg.data, context, train, class_weight=cfg.train.class_weight)
+        return prepare_for_jax(source, cfg.data, context, info.num_replicas, train, cuts)
+    return prepare(source, cfg.data, context, train, class_weight=cfg.train.class_weight, cuts=cuts)

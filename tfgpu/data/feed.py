@@ -37,7 +37,7 @@ from ..config.schema import NEEDS_TENSORFLOW
 from ..errors import DataError
 from ..utils.lazy import numpy as np
 from .base import Data, DataSpec, LoadContext, Source, Split
-from .pipeline import Pipelines, materialize, transform_numpy
+from .pipeline import Cuts, Pipelines, materialize, transform_numpy
 
 
 @functools.lru_cache(maxsize=None)
@@ -52,11 +52,11 @@ def _classes() -> tuple[type, type]:
         """
 
         def __init__(self, x: np.ndarray, y: np.ndarray, spec: DataSpec, global_batch: int, replicas: int,
-                     seed: int, epochs: int, skip: int) -> None:
+                     seed: int, epochs: int, skip: int, most: Optional[int] = None) -> None:
             super().__init__(workers=1, use_multiprocessing=False)
             self.x, self.y, self.spec = x, y, spec
             self.global_batch, self.seed, self.skip = global_batch, seed, skip
-            self.steps, self.last = train_steps(len(x), global_batch, replicas)
+            self.steps, self.last = train_steps(len(x), global_batch, replicas, most)
             self.total = epochs * self.steps - skip
             self._order: tuple[int, Optional[np.ndarray]] = (-1, None)
 
@@ -82,11 +82,13 @@ def _classes() -> tuple[type, type]:
     class EvalFeed(keras.utils.PyDataset):
         """One pass over a split in order: ``(x, y, sample_weight)``, the last batch padded with weight 0."""
 
-        def __init__(self, x: np.ndarray, y: np.ndarray, spec: DataSpec, global_batch: int, replicas: int) -> None:
+        def __init__(self, x: np.ndarray, y: np.ndarray, spec: DataSpec, global_batch: int, replicas: int,
+                     most: Optional[int] = None) -> None:
             super().__init__(workers=1, use_multiprocessing=False)
             self.x, self.y, self.spec = x, y, spec
             self.global_batch, self.replicas = global_batch, replicas
-            self.steps = math.ceil(len(x) / global_batch)
+            whole = math.ceil(len(x) / global_batch)
+            self.steps = whole if most is None else min(most, whole)
 
         def __len__(self) -> int:
             return self.steps
@@ -106,8 +108,9 @@ def _classes() -> tuple[type, type]:
     return TrainFeed, EvalFeed
 
 
-def train_steps(samples: int, global_batch: int, replicas: int) -> tuple[int, int]:
-    """``(steps per epoch, samples in the last batch)`` for training on ``replicas`` devices.
+def train_steps(samples: int, global_batch: int, replicas: int, most: Optional[int] = None) -> tuple[int, int]:
+    """``(steps per epoch, samples in the last batch)`` for training on ``replicas`` devices, at most ``most``
+    steps (``train.steps_per_epoch``: then full batches).
 
     The last partial batch is rounded down to a multiple of ``replicas``; when
     that leaves nothing, it is dropped. Example: 22,699 samples, global batch
@@ -121,10 +124,12 @@ def train_steps(samples: int, global_batch: int, replicas: int) -> tuple[int, in
                         "is split over.", "use more data, or fewer devices (devices.visible_gpus).")
     full, rest = divmod(samples, global_batch)
     rest -= rest % replicas
-    return (full + 1, rest) if rest else (full, global_batch)
+    steps, last = (full + 1, rest) if rest else (full, global_batch)
+    return (most, global_batch) if most is not None and most < steps else (steps, last)
 
 
-def build_feeds(data: Data, global_batch: int, replicas: int, seed: Optional[int], train: bool = True) -> Pipelines:
+def build_feeds(data: Data, global_batch: int, replicas: int, seed: Optional[int], train: bool = True,
+                cuts: Any = None) -> Pipelines:
     """The training, validation and test feeds of in-memory data, for Keras on JAX.
 
     Args:
@@ -134,6 +139,8 @@ def build_feeds(data: Data, global_batch: int, replicas: int, seed: Optional[int
         seed: the shuffle seed (``tensorflow.seed``); ``None``: a random one.
         train: build the training feed (``False`` for ``tfgpu evaluate``: the
             training split may be left undecoded).
+        cuts: a :class:`~tfgpu.data.pipeline.Cuts`: the steps each pass is cut to (its ``accumulation`` must be
+            1 on JAX, :func:`tfgpu.training.loops.gradients.check`).
 
     Returns:
         :class:`~tfgpu.data.pipeline.Pipelines` whose datasets are ``PyDataset``\\ s
@@ -143,12 +150,13 @@ def build_feeds(data: Data, global_batch: int, replicas: int, seed: Optional[int
         DataError: a split is not in memory (callers decode streamed splits first).
     """
     train_feed, eval_feed = _classes()
+    cuts = cuts or Cuts()
     seed = seed if seed is not None else int(np.random.SeedSequence().entropy % 2**32)
 
-    def evaluation(split: Optional[Split]) -> tuple[Any, int]:
+    def evaluation(split: Optional[Split], most: Optional[int]) -> tuple[Any, int]:
         if split is None:
             return None, 0
-        feed = eval_feed(in_memory(split).x, split.y, data.spec, global_batch, replicas)
+        feed = eval_feed(in_memory(split).x, split.y, data.spec, global_batch, replicas, most)
         return feed, len(feed)
 
     def in_memory(split: Split) -> Split:
@@ -157,15 +165,16 @@ def build_feeds(data: Data, global_batch: int, replicas: int, seed: Optional[int
                             "every split from memory.", "set data.cache: true, or use a smaller dataset.")
         return split
 
-    validation, validation_steps = evaluation(data.validation)
-    test, test_steps = evaluation(data.test)
+    validation, validation_steps = evaluation(data.validation, cuts.validation_steps)
+    test, test_steps = evaluation(data.test, cuts.test_steps)
     if not train:
         return Pipelines(None, validation, test, 0, validation_steps, test_steps, {})
     split = in_memory(data.train)
-    steps, last = train_steps(len(split.x), global_batch, replicas)
+    steps, last = train_steps(len(split.x), global_batch, replicas, cuts.steps_per_epoch)
 
     def train_epochs(epochs: int, skip: int = 0) -> Any:
-        return train_feed(split.x, split.y, data.spec, global_batch, replicas, seed, epochs, skip)
+        return train_feed(split.x, split.y, data.spec, global_batch, replicas, seed, epochs, skip,
+                          cuts.steps_per_epoch)
 
     left_out = len(split.x) - (steps - 1) * global_batch - last
     info = {"feed": {"kind": "keras.utils.PyDataset (NumPy, no TensorFlow)", "devices": replicas,
@@ -175,7 +184,7 @@ def build_feeds(data: Data, global_batch: int, replicas: int, seed: Optional[int
 
 
 def prepare_for_jax(source: Source, cfg: DataConfig, context: LoadContext, replicas: int,
-                    train: bool = True) -> tuple[Data, Pipelines]:
+                    train: bool = True, cuts: Any = None) -> tuple[Data, Pipelines]:
     """Keras on JAX, :func:`tfgpu.data.prepare`'s counterpart: a checked source's data, in memory, and its
     ``keras.utils.PyDataset`` feeds (:func:`build_feeds`).
 
@@ -222,6 +231,6 @@ def prepare_for_jax(source: Source, cfg: DataConfig, context: LoadContext, repli
         raise DataError(f"data ({', '.join(left)}): too large to decode into memory ({cache[left[0]]}); with "
                         "backend: jax tfgpu reads every split from memory.",
                         "use backend: tensorflow (which streams it), or less data.")
-    pipes = build_feeds(data, context.global_batch_size, replicas, context.seed, train)
+    pipes = build_feeds(data, context.global_batch_size, replicas, context.seed, train, cuts)
     pipes.info["cache"] = cache
     return data, pipes

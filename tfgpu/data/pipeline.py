@@ -527,7 +527,7 @@ def _held(a: np.ndarray) -> Any:
 
 
 def _in_memory(split: Split, spec: DataSpec, global_batch: int, opts: Any, train: bool,
-               shuffle_buffer: Optional[int], seed: Optional[int]) -> Any:
+               shuffle_buffer: Optional[int], seed: Optional[int], most: Optional[int] = None) -> Any:
     """A split held in memory: the validation/test dataset, or for training ``(epochs, skip) -> dataset``.
 
     The arrays are held once: the tensors the batches are gathered from share
@@ -553,16 +553,17 @@ def _in_memory(split: Split, spec: DataSpec, global_batch: int, opts: Any, train
         return ds.prefetch(tf.data.AUTOTUNE).with_options(opts)
 
     if not train:
-        return gathered(tf.data.Dataset.range(n).batch(global_batch))
+        return gathered(tf.data.Dataset.range(n).batch(global_batch).take(-1 if most is None else most))
     if windowed(shuffle_buffer, n):  # a window of the samples, as tf.data shuffles
         window = tf.data.Dataset.range(n).shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
-        window = window.batch(global_batch)
+        window = window.batch(global_batch).take(-1 if most is None else most)  # (each repeat reshuffles)
         return lambda epochs, skip=0: gathered(window.repeat(epochs).skip(skip))  # skipped: indices only
     # All samples: each epoch's order is one tensor of indices (INDEX_BYTES), drawn from (seed, epoch); a
     # shuffle buffer of all the indices would hold a tensor each, about 215 bytes an index (docs/data.md#memory).
     key = tf.constant(seed if seed is not None else int(np.random.default_rng().integers(2**31)), tf.int64)
     index_dtype = tf.int32 if n < 2**31 else tf.int64
-    steps = math.ceil(n / global_batch)
+    steps = _cut(math.ceil(n / global_batch), most)
+    used = min(n, steps * global_batch)  # train.steps_per_epoch: the first rows of each epoch's order
 
     def epochs_of(epochs: int, skip: int = 0, block: int = 1) -> Any:
         first, skip = divmod(skip, steps)  # whole epochs are not drawn; a skipped batch costs its indices only
@@ -571,7 +572,7 @@ def _in_memory(split: Split, spec: DataSpec, global_batch: int, opts: Any, train
         def batches_of(epoch: Any) -> Any:
             order = tf.random.experimental.stateless_shuffle(tf.range(n, dtype=index_dtype),
                                                              seed=tf.stack([key, epoch]))
-            order = order[tf.cast(done * tf.cast(epoch == first, tf.int64), index_dtype):]
+            order = order[tf.cast(done * tf.cast(epoch == first, tf.int64), index_dtype):used]
             return tf.data.Dataset.from_tensor_slices(order).batch(global_batch * block)
 
         indices = tf.data.Dataset.range(first, max(first, epochs)).flat_map(batches_of)
@@ -590,7 +591,7 @@ def windowed(shuffle_buffer: Optional[int], samples: int) -> bool:
 
 
 def _streamed(split: Split, spec: DataSpec, data_cfg: DataConfig, global_batch: int, opts: Any, train: bool,
-              seed: Optional[int], cache_batches: bool = True) -> Any:
+              seed: Optional[int], cache_batches: bool = True, most: Optional[int] = None) -> Any:
     """A streamed split: the validation/test dataset, or for training ``(epochs, skip) -> dataset``.
 
     ``cache_batches``: a builder's batched validation/test split is cached in
@@ -600,7 +601,7 @@ def _streamed(split: Split, spec: DataSpec, data_cfg: DataConfig, global_batch: 
 
     apply = transform(spec)
     if split.batches is not None:
-        ds = split.batches()
+        ds = split.batches().take(-1 if most is None else most)
         if data_cfg.cache is True and not train and cache_batches:
             ds = ds.map(apply, num_parallel_calls=tf.data.AUTOTUNE).cache()
             return ds.prefetch(tf.data.AUTOTUNE).with_options(opts)
@@ -616,7 +617,7 @@ def _streamed(split: Split, spec: DataSpec, data_cfg: DataConfig, global_batch: 
         if train and (on_disk or not reader.shuffles):
             ds = ds.shuffle(data_cfg.shuffle_buffer or STREAM_SHUFFLE_BUFFER, seed=seed, reshuffle_each_iteration=True)
         ds = ds.batch(global_batch)
-    batches = ds
+    batches = ds.take(-1 if most is None else most)  # train.steps_per_epoch: each repeat reads its first batches
 
     def epochs_of(epochs: int, skip: int = 0) -> Any:
         ds = batches.repeat(epochs).skip(skip)  # a skipped batch is read, not transformed
@@ -682,9 +683,32 @@ def training_extras(data: Data, data_cfg: DataConfig, seed: Optional[int], class
     return post, info
 
 
+@dataclass(frozen=True)
+class Cuts:
+    """How the training batches are grouped and how much of each split an epoch reads.
+
+    Attributes:
+        accumulation: global batches per training step (``train.gradient_accumulation_steps``): a training batch
+            holds ``accumulation x global_batch`` rows, which the step runs as micro-batches.
+        steps_per_epoch: at most this many training steps an epoch (``train.steps_per_epoch``), each epoch the
+            first of its own shuffle; ``None``: the whole split.
+        validation_steps, test_steps: at most this many batches of each (``train.validation_steps``,
+            ``train.test_steps``); ``None``: the whole split.
+    """
+
+    accumulation: int = 1
+    steps_per_epoch: Optional[int] = None
+    validation_steps: Optional[int] = None
+    test_steps: Optional[int] = None
+
+
+def _cut(steps: int, most: Optional[int]) -> int:
+    return steps if most is None else min(steps, most)
+
+
 def build_pipelines(data: Data, data_cfg: DataConfig, global_batch: int, seed: Optional[int] = None,
                     workers: int = 1, cache_batches: Optional[Collection[str]] = None,
-                    class_weight: Any = None) -> Pipelines:
+                    class_weight: Any = None, cuts: Cuts = Cuts()) -> Pipelines:
     """The training, validation and test pipelines of (already :func:`materialize`\\ d) data.
 
     Args:
@@ -697,6 +721,8 @@ def build_pipelines(data: Data, data_cfg: DataConfig, global_batch: int, seed: O
             (:func:`materialize` decides); ``None``: every one, with ``cache: true``.
         class_weight: ``train.class_weight`` (:func:`training_extras`; with ``data.augment``, only the
             training batches change: ``(x, y, w)`` with weights).
+        cuts: :class:`Cuts`: training batches of ``accumulation x global_batch`` rows, and the steps each
+            split's pass is cut to.
 
     Returns:
         :class:`Pipelines`: the datasets, in global batches, and their step counts.
@@ -705,20 +731,21 @@ def build_pipelines(data: Data, data_cfg: DataConfig, global_batch: int, seed: O
     policy, why = choose_sharding(files, workers, data.train.in_memory)
     opts, in_memory_opts = options(policy), options(policy, rewrite=False)
 
-    def make(split: Optional[Split], train: bool) -> tuple[Any, int]:
+    def make(split: Optional[Split], train: bool, most: Optional[int]) -> tuple[Any, int]:
         if split is None:
             return None, 0
+        rows = global_batch * cuts.accumulation if train else global_batch
+        steps = split.size if split.batches is not None else math.ceil(split.size / rows)
         if split.in_memory:
-            ds = _in_memory(split, data.spec, global_batch, in_memory_opts, train, data_cfg.shuffle_buffer, seed)
+            ds = _in_memory(split, data.spec, rows, in_memory_opts, train, data_cfg.shuffle_buffer, seed, most)
         else:
-            ds = _streamed(split, data.spec, data_cfg, global_batch, opts, train, seed,
-                           cache_batches is None or split.name in cache_batches)
-        steps = split.size if split.batches is not None else math.ceil(split.size / global_batch)
-        return ds, steps
+            ds = _streamed(split, data.spec, data_cfg, rows, opts, train, seed,
+                           cache_batches is None or split.name in cache_batches, most)
+        return ds, _cut(steps, most)
 
-    train_epochs, steps = make(data.train, True)
-    validation, validation_steps = make(data.validation, False)
-    test, test_steps = make(data.test, False)
+    train_epochs, steps = make(data.train, True, cuts.steps_per_epoch)
+    validation, validation_steps = make(data.validation, False, cuts.validation_steps)
+    test, test_steps = make(data.test, False, cuts.test_steps)
     post, extras = training_extras(data, data_cfg, seed, class_weight)
     if post is not None:  # augmentation and weights: training batches only, numbered by their global step
         import tensorflow as tf  # noqa: PLC0415
@@ -731,4 +758,5 @@ def build_pipelines(data: Data, data_cfg: DataConfig, global_batch: int, seed: O
 
     blocks = post is None and data.train.in_memory and not windowed(data_cfg.shuffle_buffer, len(data.train.x))
     return Pipelines(train_epochs(1), validation, test, steps, validation_steps, test_steps,
-                     {"sharding": {"policy": policy, "reason": why}, **extras}, train_epochs, global_batch, blocks)
+                     {"sharding": {"policy": policy, "reason": why}, **extras}, train_epochs,
+                     global_batch * cuts.accumulation, blocks)

@@ -94,9 +94,12 @@ class Plan:
         strategy: the strategy to build.
         num_replicas: replicas in sync over all workers (devices per worker x workers).
         batch_size_per_replica: samples per replica per step.
-        global_batch_size: ``batch_size_per_replica * num_replicas`` samples per step.
+        global_batch_size: ``batch_size_per_replica * num_replicas`` samples per micro-batch step.
+        gradient_accumulation_steps: micro-batches per optimizer step (``train.gradient_accumulation_steps``).
+        effective_batch_size: ``global_batch_size * gradient_accumulation_steps``: samples per optimizer step.
         lr_scaling: ``"none"``, ``"linear"`` or ``"sqrt"``.
-        lr_scale: the factor the optimizer's learning rate is multiplied by.
+        lr_scale: the factor the optimizer's learning rate is multiplied by: ``linear`` x replicas x
+            accumulation steps, ``sqrt`` its square root (the effective batch over the per-replica batch).
         jit_compile: whether each replica's training step is compiled with
             XLA (``tensorflow.jit_compile``, ``auto`` resolved by :func:`resolve_jit`).
         jit_compile_reason: why, in words (also written to ``summary.json``).
@@ -130,6 +133,8 @@ class Plan:
     backend: str = "tensorflow"
     notes: tuple[str, ...] = field(default=())
     env_settings: dict[str, str] = field(default_factory=dict)
+    gradient_accumulation_steps: int = 1
+    effective_batch_size: int = 0
 
     @property
     def cluster(self) -> Optional[Cluster]:
@@ -183,6 +188,8 @@ class Plan:
         lines.append(
             f"Replicas: {replicas}; batch: {self.batch_size_per_replica} per replica x "
             f"{self.num_replicas} = {self.global_batch_size} global"
+            + (f"; x {self.gradient_accumulation_steps} accumulation steps = {self.effective_batch_size} per "
+               "optimizer step" if self.gradient_accumulation_steps > 1 else "")
         )
         if self.lr_scaling != "none":
             lines.append(f"Learning rate: x{self.lr_scale:g} ({self.lr_scaling} scaling)")
@@ -361,8 +368,9 @@ def assemble(config: Config, env: dict[str, str], calls: list[TfCall], gpus: lis
     :func:`resolve_precision` (default: the setting as given); ``extra``: ``backend``, ``env_settings``."""
     if precision is None:
         precision = resolve_precision(config.tensorflow.mixed_precision, gpus, None)
-    per_replica = config.train.batch_size_per_replica
-    scale = {"none": 1.0, "linear": float(replicas), "sqrt": math.sqrt(replicas)}[config.train.lr_scaling]
+    per_replica, accumulation = config.train.batch_size_per_replica, config.train.gradient_accumulation_steps
+    factor = replicas * accumulation  # the effective batch over the per-replica batch
+    scale = {"none": 1.0, "linear": float(factor), "sqrt": math.sqrt(factor)}[config.train.lr_scaling]
     return Plan(
         env=env,
         tf_calls=tuple(calls),
@@ -372,6 +380,8 @@ def assemble(config: Config, env: dict[str, str], calls: list[TfCall], gpus: lis
         num_replicas=replicas,
         batch_size_per_replica=per_replica,
         global_batch_size=per_replica * replicas,
+        gradient_accumulation_steps=accumulation,
+        effective_batch_size=per_replica * replicas * accumulation,
         lr_scaling=config.train.lr_scaling,
         lr_scale=scale,
         jit_compile=jit[0],

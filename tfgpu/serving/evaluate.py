@@ -28,6 +28,10 @@ from ..utils.processes import stale_status
 _PATH_KEYS = ("path", "validation_path", "test_path")
 
 
+#: Overrides :func:`evaluate_run` applies first: the whole validation and test splits.
+WHOLE_SPLITS = ("train.validation_steps=null", "train.test_steps=null")
+
+
 def _read_run(run_dir: Path) -> dict[str, Any]:
     if not run_dir.is_dir():
         raise DataError(f"tfgpu evaluate: '{run_dir}' is not a run directory (it does not exist or is a file).",
@@ -50,7 +54,9 @@ def evaluate_run(run_dir: str, overrides: Sequence[str] = (), splits: Sequence[s
 
     Args:
         run_dir: a directory written by ``tfgpu run`` (with ``config.yaml`` and ``model.keras``).
-        overrides: ``--set`` strings applied over the run's config (e.g. other data).
+        overrides: ``--set`` strings applied over the run's config (e.g. other data). The whole validation and
+            test splits are evaluated, whatever the run's ``train.validation_steps``/``test_steps``, unless these
+            set them.
         splits: which of ``validation`` and ``test`` to evaluate (those the data has).
 
     Returns:
@@ -70,7 +76,8 @@ def evaluate_run(run_dir: str, overrides: Sequence[str] = (), splits: Sequence[s
 
     folder = Path(run_dir)
     summary = _read_run(folder)
-    cfg = load_config(folder / "config.yaml", overrides=overrides)
+    # the whole splits, whatever the run's train.validation_steps/test_steps cut (an override may cut them again)
+    cfg = load_config(folder / "config.yaml", overrides=[*WHOLE_SPLITS, *overrides])
     cfg = _paths_from(cfg, summary.get("cwd"), overrides)
     source = source_for(cfg.data, cfg.model.loss, cfg.tensorflow.seed)
     source.check()
@@ -100,8 +107,10 @@ def evaluate_run(run_dir: str, overrides: Sequence[str] = (), splits: Sequence[s
         same = next((results[k] for k in results if chosen[k][0] is dataset), None)
         metrics = {k: v for k, v in same.items() if k not in ("samples", "origin")} if same else \
             evaluate_split(model, dataset, steps)
-        results[name] = {"samples": split.size, "origin": split.origin, **metrics}
-        print(f"tfgpu: {name} ({split.size:,} samples, {split.origin}): "
+        samples = min(split.size, steps * info.global_batch_size)  # (train.validation_steps/test_steps cut it)
+        results[name] = {"samples": samples, "origin": split.origin, **metrics}
+        print(f"tfgpu: {name} ({samples:,} samples" + (f" of {split.size:,}" if samples < split.size else "")
+              + f", {split.origin}): "
               + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()), flush=True)
     if not results:
         raise DataError(f"tfgpu evaluate: the data has no {' or '.join(splits)} split to evaluate.",

@@ -345,6 +345,10 @@ class CustomFiles:
         return str(path)
 
 
+#: :attr:`StopSignals.received` when ``train.max_time`` ran out.
+MAX_TIME = "train.max_time"
+
+
 class StopSignals:
     """SIGTERM, the requeue signal and Ctrl-C (SIGINT), handled for the whole life of ``tfgpu run``
     (:meth:`installed`).
@@ -381,6 +385,14 @@ class StopSignals:
         self.chief = True
         self._deferred = False
         self._previous: dict[int, Any] = {}
+        #: ``train.max_time`` in seconds, and the ``time.monotonic()`` at which it runs out (:meth:`time_up`).
+        self.max_time: Optional[float] = None
+        self.deadline: Optional[float] = None
+
+    def limit(self, seconds: Optional[float]) -> None:
+        """``train.max_time``: the run stops like a requeue signal ``seconds`` from now (``None``: no limit)."""
+        self.max_time = seconds
+        self.deadline = None if seconds is None else time.monotonic() + seconds
 
     def _handle(self, signum: int, frame: Any) -> None:
         name = signal.Signals(signum).name
@@ -490,8 +502,22 @@ class StopSignals:
 
     @property
     def requeue(self) -> bool:
-        """The signal received is the requeue signal."""
-        return self.received is not None and self.received == self.requeue_signal
+        """The signal received is the requeue signal, or ``train.max_time`` ran out (a job that stops before its
+        scheduler's limit wants to run again)."""
+        return self.received is not None and self.received in (self.requeue_signal, MAX_TIME)
+
+    def time_up(self) -> bool:
+        """Whether ``train.max_time`` has run out (:attr:`deadline`); it then counts as a stop received
+        (:data:`MAX_TIME`), as a signal would. Read at call boundaries (the checkpoint callback)."""
+        if self.received is None and self.deadline is not None and time.monotonic() >= self.deadline:
+            self.received = MAX_TIME
+        return self.received == MAX_TIME
+
+    def describe(self) -> str:
+        """What stopped the run, in words: the signal's name, or ``train.max_time (N s) ran out``."""
+        if self.received == MAX_TIME:
+            return f"train.max_time ({self.max_time:g} s from the process's start) ran out"
+        return f"{self.received or 'a stop signal (on another worker)'} arrived"
 
 
 def requeue(job_id: str) -> str:
@@ -679,6 +705,7 @@ def checkpoint_callback(files: Any, plan: SavePlan, stop: Optional[StopSignals] 
         def _check_stop(self, epoch: int, step: int) -> None:
             if stop is None:
                 return
+            stop.time_up()  # train.max_time: a stop, as the requeue signal
             code = 0 if stop.received is None else 2 if stop.requeue else 1
             if agree is not None:
                 code = agree(code)
@@ -691,9 +718,8 @@ def checkpoint_callback(files: Any, plan: SavePlan, stop: Optional[StopSignals] 
             if stop.interrupted:  # Ctrl-C: the run ends interrupted (130), resumable from this checkpoint
                 raise KeyboardInterrupt
             said = on_stop(state) if (chief and on_stop is not None and code == 2) else ""
-            what = stop.received or "a stop signal (on another worker)"
             raise Preempted(
-                f"{what} arrived: stopped at epoch {epoch + 1} step {step} (global step {global_step}) with a "
+                f"{stop.describe()}: stopped at epoch {epoch + 1} step {step} (global step {global_step}) with a "
                 f"checkpoint" + (f"; {said}" if said else "") + ".")  # tfgpu.training.runner adds the resume command
 
     return Checkpointer()

@@ -27,6 +27,7 @@ from ..model.schedules import check_optimizer_rate, for_plan
 from ..tracking import mlflow as tracking
 from ..utils.imports import find_module
 from .callbacks import check as check_callbacks
+from .loops import gradients
 from .layout import check_parent, check_tensorboard
 
 
@@ -65,6 +66,8 @@ def check(cfg: Config, target: Optional[Path] = None, files: bool = True,
     if cfg.model.builder:
         find_module(cfg.model.builder, "model.builder", ConfigError)
     check_callbacks(cfg)
+    gradients.check(cfg)  # train.gradient_accumulation_steps and gradient_clipping against the backend and optimizer
+    _check_limits(cfg)
     if files:
         check_parent(cfg.output.dir if target is None else str(target.parent))
     check_tensorboard(cfg.output.tensorboard)
@@ -75,6 +78,27 @@ def check(cfg: Config, target: Optional[Path] = None, files: bool = True,
     checked = time.perf_counter()
     source.check(keep)  # local files, NumPy only: a data error comes before TensorFlow starts
     return source, time.perf_counter() - checked
+
+
+def _check_limits(cfg: Config) -> None:
+    """``train.max_time`` needs checkpoints (the run stops to be resumed); ``train.steps_per_epoch`` cannot cut a
+    training split cached in a file (tf.data keeps a file cache only once a pass has read it all).
+
+    Raises:
+        ConfigError: either.
+    """
+    train = cfg.train
+    if train.max_time is not None and not train.checkpoint.enabled:
+        raise ConfigError(
+            f"train.max_time: {train.max_time:g} s stops the run to be resumed, and train.checkpoint is off, so "
+            "nothing would be kept to resume from.",
+            "set train.checkpoint: true, or remove train.max_time.")
+    if train.steps_per_epoch is not None and isinstance(cfg.data.cache, str):
+        raise ConfigError(
+            f"train.steps_per_epoch: {train.steps_per_epoch} reads part of each epoch, and data.cache: "
+            f"{cfg.data.cache} caches the training split in a file, which tf.data keeps only once a pass has read "
+            "it all.", "set data.cache: true (memory) or false while the epochs are cut, or remove "
+            "train.steps_per_epoch.")
 
 
 def _spec(spec: Any) -> str:

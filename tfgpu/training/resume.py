@@ -21,7 +21,8 @@ from .checkpoint import CHECKPOINT_DIR, PROGRESS_FILE, Position, read_json, read
 from .layout import CONFIG_FILE, RESOLVED_CONFIG_FILE
 
 #: Settings a resumed run may change: they do not change what is trained or on what.
-MAY_CHANGE = ("train.progress", "train.checkpoint", "train.profile_steps", "train.terminate_on_nan", "output",
+MAY_CHANGE = ("train.progress", "train.checkpoint", "train.profile_steps", "train.terminate_on_nan", "train.max_time",
+              "output",
               "tensorflow.log_level", "tensorflow.intra_op_threads", "tensorflow.inter_op_threads")
 #: Set (to why) for the workers of a restarted ``tfgpu run --workers N`` group: resume ``TFGPU_RUN_DIR``.
 RESUME_ENV = "TFGPU_RESUME"

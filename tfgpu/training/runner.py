@@ -97,6 +97,7 @@ def run(recipe: Optional[str], overrides: Sequence[str] = (), output_dir: Option
     extra = [f"output.dir={output_dir}"] if output_dir else []
     cfg, resumed, target = request(recipe, [*overrides, *extra], resume)
     stop = ckpt.StopSignals(cfg.train.checkpoint.requeue_signal)
+    stop.limit(cfg.train.max_time)  # train.max_time, counted from here: a stop like the requeue signal
     stop.chief = _chief_by_config(cfg)  # until TensorFlow's cluster is known (then info.is_chief)
     with stop.installed():
         try:

@@ -39,6 +39,7 @@ from . import checkpoint as ckpt
 from .loops import Job, epoch_stats_callback, progress_mode
 from . import telemetry
 from .telemetry import input_bound
+from .loops import gradients
 from .loops.replica_batches import Feed
 from .loops.custom import MAX_CALL_SECONDS
 
@@ -188,6 +189,7 @@ class Trainer:
             self.schedule = (resolve_schedule(cfg.train.lr_schedule, self.learning_rate / plan.lr_scale, plan.lr_scale,
                                               cfg.train.epochs, pipes.steps_per_epoch)
                              if math.isfinite(self.learning_rate) else None)
+            gradients.clip_with(self.optimizer, cfg.train.gradient_clipping)  # Keras's own, fed the reduced gradient
             if cfg.train.loop == "custom" and plan.mixed_precision == "mixed_float16":
                 self.optimizer = keras.optimizers.LossScaleOptimizer(self.optimizer)  # fit wraps it itself
             metrics = make_metrics(cfg.model.metrics, cfg.model.loss)
@@ -201,6 +203,12 @@ class Trainer:
                 self.loss = make_loss(cfg.model.loss, per_example=True)
                 self.metrics = make_metrics(cfg.model.metrics, cfg.model.loss)
                 self.val_metrics = make_metrics(cfg.model.metrics, cfg.model.loss, prefix="val_")
+        k = cfg.train.gradient_accumulation_steps
+        if k > 1 and cfg.train.loop == "fit" and gradients.overrides_train_step(self.model):
+            raise ConfigError(
+                f"train.gradient_accumulation_steps: {k} runs in tfgpu's train_step, and this model's class "
+                f"({type(self.model).__name__}) has its own train_step, which fit would use instead.",
+                "use train.loop: custom, or accumulate in your own train_step and set gradient_accumulation_steps: 1.")
         # A loss or metric that does not fit the labels fails here, as a configuration error, before
         # anything is written, rather than inside the first training step.
         self.sample = sample_batch(data)  # two training rows as the pipeline gives them (also the FLOPs count's shapes)
@@ -259,8 +267,13 @@ class Trainer:
     @property
     def train_samples(self) -> int:
         """Training samples per epoch (whole global batches for a streamed split)."""
-        train = self.data.train
-        return train.size if train.batches is None else self.pipes.steps_per_epoch * self.info.global_batch_size
+        train, whole = self.data.train, self.pipes.steps_per_epoch * self.effective_batch_size
+        return min(train.size, whole) if train.batches is None else whole
+
+    @property
+    def effective_batch_size(self) -> int:
+        """Samples per optimizer step: the global batch x ``train.gradient_accumulation_steps``."""
+        return self.info.global_batch_size * self.cfg.train.gradient_accumulation_steps
 
     def facts(self) -> dict[str, Any]:
         """What ``summary.json`` records of the devices, the data, the model and the speed choices."""
@@ -282,7 +295,12 @@ class Trainer:
             "num_replicas": info.num_replicas,
             "batch_size_per_replica": plan.batch_size_per_replica,
             "global_batch_size": info.global_batch_size,
+            "gradient_accumulation_steps": cfg.train.gradient_accumulation_steps,
+            "effective_batch_size": self.effective_batch_size,
+            "gradient_clipping": gradients.clipping_of(self.optimizer),
             "steps_per_epoch": pipes.steps_per_epoch,
+            "limits": {"steps_per_epoch": cfg.train.steps_per_epoch, "validation_steps": cfg.train.validation_steps,
+                       "max_time_seconds": cfg.train.max_time},
             "steps_per_execution": self.per_call,
             "steps_per_execution_reason": self.per_call_reason,
             "input": self.input,
@@ -365,12 +383,23 @@ class Trainer:
             lines.append(f"sample weights: {sw['source']} (min {sw['min']:.4g}, max {sw['max']:.4g}, "
                          f"mean {sw['mean']:.4g}; training loss only)")
         replicas = f"{info.num_replicas} replica{'s' if info.num_replicas != 1 else ''}"
+        k = cfg.train.gradient_accumulation_steps
         lines.append(f"global batch: {plan.batch_size_per_replica} per replica x {replicas} = "
-                     f"{info.global_batch_size}; {pipes.steps_per_epoch} steps per epoch; loop: {cfg.train.loop}; "
+                     f"{info.global_batch_size}"
+                     + (f"; x {k} accumulation steps = {self.effective_batch_size} per optimizer step" if k > 1 else "")
+                     + f"; {pipes.steps_per_epoch} {'optimizer ' if k > 1 else ''}steps per epoch"
+                     + (f" (train.steps_per_epoch: {cfg.train.steps_per_epoch})"
+                        if cfg.train.steps_per_epoch is not None else "")
+                     + f"; loop: {cfg.train.loop}; "
                      f"learning rate {self.learning_rate:g}"
                      + (f" ({plan.lr_scaling} scaling)" if plan.lr_scaling != "none" else ""))
         if self.schedule is not None:
             lines.append(f"learning-rate schedule: {self.schedule.describe()}")
+        clipping = gradients.clipping_of(self.optimizer)
+        if clipping:
+            name, value = next(iter(clipping.items()))
+            lines.append(f"gradient clipping: {name} {value:g}, after the all-reduce"
+                         + ("" if plan.backend == "jax" else " (tfgpu's step)"))
         lines.append(f"steps per call: {self.per_call} ({self.per_call_reason})")
         xla = self.xla()
         lines.append(f"XLA: {'on' if plan.jit_compile else 'off'} ({plan.jit_compile_reason})"
@@ -461,7 +490,7 @@ class Trainer:
                    loss=self.loss, metrics=self.metrics or [], val_metrics=self.val_metrics or [],
                    steps_per_execution=self.per_call, jit_compile=self.info.plan.jit_compile,
                    terminate_on_nan=cfg.train.terminate_on_nan, global_batch=pipes.global_batch,
-                   train_blocks=pipes.train_blocks)
+                   train_blocks=pipes.train_blocks, accumulation=cfg.train.gradient_accumulation_steps)
 
     def train(self, callbacks: list, start: ckpt.Position) -> None:
         """Train from ``start`` with ``train.loop``; stop signals are handled while it runs.
@@ -526,7 +555,9 @@ class Trainer:
         if pipes.test is not None:
             metrics = evaluate_split(self.model, pipes.test, pipes.test_steps)
             return {"test_metrics": {f"test_{k}": v for k, v in metrics.items()},
-                    "test_metrics_from": f"model.evaluate on the test split ({data.test.origin})"}
+                    "test_metrics_from": f"model.evaluate on the test split ({data.test.origin})"
+                                         + (f", its first {pipes.test_steps} batches (train.test_steps)"
+                                            if self.cfg.train.test_steps is not None else "")}
         if data.validation_is_test and rows:
             es = self.early_stopping
             if es is not None and es.restored:  # the model is the best epoch's (restore_best_weights)
@@ -535,7 +566,9 @@ class Trainer:
                         "test_metrics_from": f"the validation of the best epoch ({es.best_epoch + 1}, "
                                              "train.early_stopping restored it), which is the test split"}
             return {"test_metrics": {f"test_{k[4:]}": v for k, v in rows[-1].items() if k.startswith("val_")},
-                    "test_metrics_from": "the last epoch's validation, which is the test split"}
+                    "test_metrics_from": "the last epoch's validation, which is the test split"
+                                         + (f" (its first {pipes.validation_steps} batches: train.validation_steps)"
+                                            if self.cfg.train.validation_steps is not None else "")}
         return {}
 
     def outcome(self) -> dict[str, Any]:

@@ -35,6 +35,8 @@ class Job:
         train_blocks: ``train_epochs`` also takes ``block`` (:attr:`tfgpu.data.pipeline.Pipelines.train_blocks`):
             with a plain feed the loops then read a call's batches as one block
             (:class:`tfgpu.training.loops.replica_batches.Blocks`).
+        accumulation: micro-batches per optimizer step (``train.gradient_accumulation_steps``): each step's
+            batch holds ``accumulation`` global batches (:mod:`tfgpu.training.loops.gradients`).
         feed: how the batches reach the replicas (:class:`tfgpu.training.loops.replica_batches.Feed`);
             ``None``: the way :meth:`~tfgpu.training.loops.replica_batches.Feed.of` chooses for the strategy
             (``benchmarks/loop_overhead.py`` sets the other, to measure what it costs).
@@ -57,6 +59,7 @@ class Job:
     global_batch: int = 0
     train_blocks: bool = False
     feed: Any = None
+    accumulation: int = 1
 
 
 @dataclass
@@ -104,8 +107,10 @@ EPOCH_STATS = ("epoch_seconds", "train_seconds", "samples_per_second")
 #: What :class:`tfgpu.training.telemetry.Telemetry` adds (:data:`tfgpu.training.telemetry.COLUMNS`), shown last.
 TELEMETRY = ("input_wait_seconds", "input_wait_percent", "mfu_percent", "host_cpu_percent", "host_rss_mib",
              "gpu_utilization_percent", "gpu_memory_peak_mib", "gpu_power_w", "gpu_temperature_c")
+#: What :class:`tfgpu.training.loops.gradients.GradientStep` adds: the global gradient norm (mean and max).
+GRADIENTS = ("gradient_norm", "gradient_norm_max")
 #: The logs that are not the model's figures: shown in their own form, after the metrics.
-NOT_METRICS = (*EPOCH_STATS, *TELEMETRY)
+NOT_METRICS = (*EPOCH_STATS, *TELEMETRY, *GRADIENTS)
 
 
 def _seconds(value: float) -> str:
@@ -120,6 +125,9 @@ def _telemetry_items(logs: dict[str, float]) -> list[str]:
     """The :data:`TELEMETRY` figures in short form: ``input wait: 3% - MFU: 12.3% - CPU: 95% - GPU: 87% 11.8 GiB
     312 W 71 C``."""
     items = []
+    if "gradient_norm" in logs:
+        items.append(f"grad norm: {float(logs['gradient_norm']):.3g}"
+                     + (f" (max {float(logs['gradient_norm_max']):.3g})" if "gradient_norm_max" in logs else ""))
     if "input_wait_percent" in logs:
         items.append(f"input wait: {float(logs['input_wait_percent']):.0f}%")
     if "mfu_percent" in logs:

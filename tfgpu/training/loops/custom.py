@@ -28,6 +28,7 @@ from typing import Any
 
 from ...utils.console import warn
 from . import Job, check_loss, epoch_line, epoch_stats, format_epoch, keep_iterators, measure_input_wait
+from .gradients import GradientStep, accumulate
 from .replica_batches import Blocks, Feed, steps_function
 
 #: The longest a training call should take, in seconds. A stop signal is handled at the
@@ -145,6 +146,7 @@ def train_custom(job: Job, callbacks: list, progress: str, start: tuple[int, int
         # The optimizer's slots exist before the step is traced: created lazily inside the
         # tf.range loop, MirroredStrategy fails ("must feed a value for placeholder").
         optimizer.build(model.trainable_variables)
+        step = GradientStep(optimizer, strategy)
 
     def forward_backward(x: Any, y: Any, w: Any = None) -> tuple[Any, Any, Any]:
         with tf.GradientTape() as tape:
@@ -162,12 +164,18 @@ def train_custom(job: Job, callbacks: list, progress: str, start: tuple[int, int
     # all-reduce and the update stay outside it (cross-replica calls cannot be compiled).
     compute = tf.function(forward_backward, jit_compile=True, autograph=False) if job.jit_compile else forward_backward
 
-    def replica_train(x: Any, y: Any, *w: Any) -> None:
+    def micro_grads(batch: Any) -> list:
+        x, y, *w = batch
         grads, per_example, pred = compute(x, y, *w)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables))
         loss_tracker.update_state(per_example)
         for m in metrics:
             m.update_state(y, pred)
+        return grads
+
+    def replica_train(*batch: Any) -> None:
+        # train.gradient_accumulation_steps micro-batches, one all-reduce, the norm, clipping (loops.gradients)
+        grads = accumulate(micro_grads, batch, job.accumulation)
+        step.apply(grads, model.trainable_variables)
 
     def replica_test(x: Any, y: Any) -> None:
         pred = model(x, training=False)
@@ -187,72 +195,73 @@ def train_custom(job: Job, callbacks: list, progress: str, start: tuple[int, int
     train_steps = steps_function(on_replicas(replica_train), blocks)
     test_steps = steps_function(on_replicas(replica_test))
     measure_input_wait(callbacks, train_steps)
-    train_trackers = [loss_tracker, *metrics]
-    val_trackers = [val_loss_tracker, *val_metrics]
+    train_trackers, val_trackers = [loss_tracker, *metrics], [val_loss_tracker, *val_metrics]
+    cbs = keras.callbacks.CallbackList([step.callback(), *callbacks], add_history=False, add_progbar=False,
+                                       model=model)
+    model.stop_training = False  # set by a callback (EarlyStopping) to end the run, as fit reads it
     mean_over_workers = (_mean_over_workers(strategy)
                          if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) else float)
     cap, timed, told = steps_per_execution, False, False
-
-    cbs = keras.callbacks.CallbackList(callbacks, add_history=False, add_progbar=False, model=model)
-    model.stop_training = False  # set by a callback (EarlyStopping) to end the run, as fit reads it
-    cbs.on_train_begin()
-    logs: dict[str, float] = {}
-    for epoch in range(first_epoch, epochs):
-        started = time.perf_counter()
-        cbs.on_epoch_begin(epoch)
-        steps = steps_per_epoch - (first_step if epoch == first_epoch else 0)
-        bar = keras.utils.Progbar(steps) if progress == "bar" else None
-        if bar is not None:
-            print(f"Epoch {epoch + 1}/{epochs}")
-        for m in train_trackers + val_trackers:
-            m.reset_state()
-        done = 0
-        while done < steps:
-            # The step count is a tensor, so a shorter call is not a new trace.
-            n = min(cap, steps - done)
-            cbs.on_train_batch_begin(done)
-            began = time.perf_counter()
-            train_steps(train_batches, tf.constant(n, tf.int32))
-            if timed:
-                keras.ops.convert_to_numpy(optimizer.iterations)  # waits for the call's updates
-                seconds = time.perf_counter() - began
-                cap = next_steps_per_call(cap, n, mean_over_workers(seconds), steps_per_execution, max_call_seconds)
-                if seconds > max_call_seconds and not told:
-                    told = True
-                    warn(f"a training call of {n} steps took {seconds:.1f} s, more than {max_call_seconds:g} s "
-                         "(stop signals and checkpoints wait for the call to end): "
-                         + (f"calls now run at most {cap} step{'s' if cap > 1 else ''}" if cap < n
-                            else "a single step takes that long"))
-            timed = True  # the first call traces the function: not counted
-            done += n
-            cbs.on_train_batch_end(done - 1)
+    with step.attached():  # the loop's optimizer skips its own all-reduce (loops.gradients)
+        cbs.on_train_begin()
+        logs: dict[str, float] = {}
+        for epoch in range(first_epoch, epochs):
+            started = time.perf_counter()
+            cbs.on_epoch_begin(epoch)
+            steps = steps_per_epoch - (first_step if epoch == first_epoch else 0)
+            bar = keras.utils.Progbar(steps) if progress == "bar" else None
             if bar is not None:
-                bar.update(done)
-            if model.stop_training:  # as fit: the epoch ends here, validated
+                print(f"Epoch {epoch + 1}/{epochs}")
+            for m in train_trackers + val_trackers:
+                m.reset_state()
+            done = 0
+            while done < steps:
+                # The step count is a tensor, so a shorter call is not a new trace.
+                n = min(cap, steps - done)
+                cbs.on_train_batch_begin(done)
+                began = time.perf_counter()
+                train_steps(train_batches, tf.constant(n, tf.int32))
+                if timed:
+                    keras.ops.convert_to_numpy(optimizer.iterations)  # waits for the call's updates
+                    seconds = time.perf_counter() - began
+                    cap = next_steps_per_call(cap, n, mean_over_workers(seconds), steps_per_execution, max_call_seconds)
+                    if seconds > max_call_seconds and not told:
+                        told = True
+                        warn(f"a training call of {n} steps took {seconds:.1f} s, more than {max_call_seconds:g} s "
+                             "(stop signals and checkpoints wait for the call to end): "
+                             + (f"calls now run at most {cap} step{'s' if cap > 1 else ''}" if cap < n
+                                else "a single step takes that long"))
+                timed = True  # the first call traces the function: not counted
+                done += n
+                cbs.on_train_batch_end(done - 1)
+                if bar is not None:
+                    bar.update(done)
+                if model.stop_training:  # as fit: the epoch ends here, validated
+                    break
+            val_logs: dict[str, float] = {}
+            if val_batches is not None:
+                cbs.on_test_begin()
+                cbs.on_test_batch_begin(0)  # one call of all the validation steps (fit: one per its calls)
+                test_steps(val_batches, tf.constant(job.validation_steps, tf.int32))
+                cbs.on_test_batch_end(job.validation_steps - 1)
+                val_logs = {m.name: float(m.result()) for m in val_trackers}  # the epoch's host reads: this,
+                cbs.on_test_end({k[4:]: v for k, v in val_logs.items()})
+            logs = {m.name: float(m.result()) for m in train_trackers}       # and this
+            logs.update(val_logs)
+            if job.terminate_on_nan:
+                check_loss(logs["loss"], epoch + 1)
+            seconds = time.perf_counter() - started
+            cbs.on_epoch_end(epoch, logs)
+            if progress != "none":
+                # The epoch statistics callback's figures; timed here too, for a caller without that callback.
+                shown = {"epoch_seconds": seconds, **logs, **epoch_stats(callbacks, epoch)}
+                print(format_epoch(shown) if bar is not None else epoch_line(epoch, epochs, shown), file=sys.stdout,
+                      flush=True)
+            if model.stop_training:
                 break
-        val_logs: dict[str, float] = {}
-        if val_batches is not None:
-            cbs.on_test_begin()
-            cbs.on_test_batch_begin(0)  # one call of all the validation steps (fit: one per its calls)
-            test_steps(val_batches, tf.constant(job.validation_steps, tf.int32))
-            cbs.on_test_batch_end(job.validation_steps - 1)
-            val_logs = {m.name: float(m.result()) for m in val_trackers}  # the epoch's host reads: this,
-            cbs.on_test_end({k[4:]: v for k, v in val_logs.items()})
-        logs = {m.name: float(m.result()) for m in train_trackers}       # and this
-        logs.update(val_logs)
-        if job.terminate_on_nan:
-            check_loss(logs["loss"], epoch + 1)
-        seconds = time.perf_counter() - started
-        cbs.on_epoch_end(epoch, logs)
-        if progress != "none":
-            # The epoch statistics callback's figures; timed here too, for a caller without that callback.
-            shown = {"epoch_seconds": seconds, **logs, **epoch_stats(callbacks, epoch)}
-            print(format_epoch(shown) if bar is not None else epoch_line(epoch, epochs, shown), file=sys.stdout,
-                  flush=True)
-        if model.stop_training:
-            break
-    cbs.on_train_end(logs)
+        cbs.on_train_end(logs)
     # destroyed now, they could pause the run's end for seconds
     keep_iterators([blocks.iterator if blocks is not None else train_batches, val_batches])
     return {"train": train_steps.experimental_get_tracing_count(),
             "validation": test_steps.experimental_get_tracing_count()}
+

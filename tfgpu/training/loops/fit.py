@@ -34,7 +34,9 @@ from typing import Any, Optional
 from ...utils.console import warn
 from ...utils.files import note_file
 from . import Job, check_loss, keep_iterators, measure_input_wait, progress_callback
+from . import gradients
 from .custom import MAX_CALL_SECONDS
+from .gradients import GradientStep
 from .replica_batches import Blocks, Feed, steps_function
 
 VERBOSE = {"bar": 1, "epoch": 2, "none": 0}
@@ -250,6 +252,33 @@ def train_fit(job: Job, callbacks: list, progress: str, start: tuple[int, int] =
 
     Wraps: https://keras.io/api/models/model_training_apis/#fit-method
     """
+    model = job.model
+    step = tfgpu_step(model)
+    if step is None:
+        _train_fit(job, callbacks, progress, start, max_call_seconds)
+        return
+    # tfgpu's train_step (loops.gradients): micro-batches, one all-reduce, the gradient norm, clipping after it
+    model.train_step = gradients.train_step(model, step, job.accumulation)
+    try:
+        with step.attached():
+            _train_fit(job, [step.callback(), *callbacks], progress, start, max_call_seconds)
+    finally:
+        del model.train_step  # the class's own again
+
+
+def tfgpu_step(model: Any) -> Optional[GradientStep]:
+    """The :class:`~tfgpu.training.loops.gradients.GradientStep` ``fit`` trains ``model`` with, made in its
+    strategy's scope: on the TensorFlow backend, for a model without its own ``train_step``; else ``None``
+    (Keras's own step: on JAX, or the model's)."""
+    import keras  # noqa: PLC0415
+
+    if keras.backend.backend() != "tensorflow" or gradients.overrides_train_step(model):
+        return None
+    return GradientStep(model.optimizer, model.distribute_strategy)
+
+
+def _train_fit(job: Job, callbacks: list, progress: str, start: tuple[int, int], max_call_seconds: float) -> None:
+    """:func:`train_fit` with the model's ``train_step`` set."""
     kept: list = []
     callbacks = [call_timer(max_call_seconds), iterator_keeper(kept), *callbacks]  # before the checkpoint's batch end
     at = [start[0]]  # the epoch being trained, for the NaN message
