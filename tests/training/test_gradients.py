@@ -1,0 +1,215 @@
+"""Big models on small GPUs: gradient accumulation and clipping under a real 2-replica MirroredStrategy (both
+loops), the epoch cuts, train.max_time's stop and resume, and tfgpu run --fast-dev-run. The tests at the top need
+no TensorFlow."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from tfgpu.config import load_config
+from tfgpu.config.schema import duration_seconds
+from tfgpu.data.feed import train_steps
+from tfgpu.errors import ConfigError
+from tfgpu.training import preflight
+from tfgpu.training.loops import gradients
+
+from ..conftest import ROOT, one_paragraph, only_run_dir, run_cli, run_python, small_steps
+
+SEED = str(ROOT / "recipes" / "mnist.yaml")
+TWO_CPUS = ("--set", "devices.cpu_logical_devices=2")
+
+
+def config(*overrides: str):
+    return load_config(SEED, overrides=list(overrides))
+
+
+def rows_of(run_dir: Path) -> list[dict]:
+    with open(run_dir / "metrics.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def summary_of(run_dir: Path) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+# --- no TensorFlow ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text,seconds", [("3h50m", 13800), ("90m", 5400), ("1d12h", 129600), ("45s", 45),
+                                          ("1.5h", 5400), ("03:50:00", 13800), ("1-00:00:00", 86400),
+                                          ("10:30", 630), (120, 120)])
+def test_max_time_reads_durations_as_people_and_slurm_write_them(text, seconds):
+    assert duration_seconds(text) == seconds
+    assert config(f"train.max_time={text}").train.max_time == seconds
+
+
+@pytest.mark.parametrize("text", ["3 hours", "h", "0s", "-5", "", "1x"])
+def test_a_duration_that_is_not_one_is_refused_with_the_forms_allowed(text):
+    with pytest.raises(ConfigError) as info:
+        config(f"train.max_time={text!r}" if text else "train.max_time=''")
+    assert "train.max_time" in str(info.value)
+    assert "3h50m" in str(info.value)
+
+
+@pytest.mark.parametrize("overrides,named", [
+    (["backend=jax", "train.gradient_accumulation_steps=4"], "backend: jax"),
+    (["model.optimizer={name: adam, gradient_accumulation_steps: 4}"], "keras-team/keras#20582"),
+    (["train.gradient_clipping={global_norm: 1.0}", "model.optimizer={name: sgd, clipnorm: 2.0}"], "clipnorm"),
+    (["train.max_time=1h", "train.checkpoint=false"], "train.checkpoint"),
+    (["train.steps_per_epoch=5", "data.cache=/tmp/tfgpu-cache"], "data.cache"),
+])
+def test_what_the_optimizer_step_cannot_do_is_refused_before_tensorflow_starts(overrides, named):
+    with pytest.raises(ConfigError) as info:
+        preflight.check(config(*overrides), files=False)
+    assert named in str(info.value)
+    one_paragraph(info.value.report())
+
+
+def test_accumulation_refuses_a_builders_own_batches():
+    cfg = load_config(None, overrides=["train.gradient_accumulation_steps=2", "data.kind=builder",
+                                       "data.builder=tests.builders:small_cnn", "data.batched=true"])
+    with pytest.raises(ConfigError) as info:
+        gradients.check(cfg)
+    assert "data.batched: true" in info.value.message and "K x the global batch" in info.value.message
+
+
+@pytest.mark.parametrize("value,said", [("{}", "exactly one of"), ("{global_norm: 1, value: 2}", "global_norm, value"),
+                                        ("{global_norm: 0}", "greater than 0")])
+def test_gradient_clipping_takes_exactly_one_positive_bound(value, said):
+    with pytest.raises(ConfigError) as info:
+        config(f"train.gradient_clipping={value}")
+    assert said in str(info.value)
+
+
+def test_the_plan_shows_the_effective_batch_and_scales_the_rate_by_it():
+    result = run_cli("plan", SEED, *TWO_CPUS, "--set", "train.gradient_accumulation_steps=4",
+                     "--set", "train.batch_size_per_replica=16")
+    assert result.returncode == 0, result.stderr
+    assert "16 per replica x 2 = 32 global; x 4 accumulation steps = 128 per optimizer step" in result.stdout
+    assert "Learning rate: x8 (linear scaling)" in result.stdout  # 2 replicas x 4 micro-batches
+
+
+def test_jax_feeds_cut_an_epoch_to_whole_batches():
+    assert train_steps(22_699, 128, 2) == (178, 42)
+    assert train_steps(22_699, 128, 2, most=10) == (10, 128)
+    assert train_steps(22_699, 128, 2, most=500) == (178, 42)
+
+
+# --- real training ---------------------------------------------------------------------------------------------
+
+#: Three optimizer steps of 128 rows: K=4 micro-batches of 16 per replica, or one of 64, on 2 replicas.
+EQUIVALENT = ("--set", "train.epochs=1", "--set", "train.steps_per_epoch=3", "--set", "train.validation_steps=1",
+              "--set", "train.lr_scaling=none", *TWO_CPUS)
+
+WEIGHTS_DIFFER = """
+import sys, keras, numpy as np
+a, b = (keras.saving.load_model(p).get_weights() for p in sys.argv[1:3])
+print(max(float(np.max(np.abs(x - y))) for x, y in zip(a, b)), max(float(np.max(np.abs(x))) for x in a))
+"""
+
+
+def weights_differ(first: Path, second: Path) -> tuple[float, float]:
+    """``(largest difference, largest weight)`` between two runs' ``model.keras``."""
+    result = run_python(WEIGHTS_DIFFER.replace("sys.argv[1:3]", repr([str(first / "model.keras"),
+                                                                      str(second / "model.keras")])))
+    assert result.returncode == 0, result.stderr[-3000:]
+    diff, largest = result.stdout.split()
+    return float(diff), float(largest)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("loop", ["fit", "custom"])
+def test_four_micro_batches_of_16_train_the_weights_one_batch_of_64_does_on_2_replicas(tmp_path, loop):
+    runs = {}
+    for k, per_replica in ((4, 16), (1, 64)):
+        parent = tmp_path / f"k{k}"
+        result = run_cli("run", SEED, *EQUIVALENT, "--set", f"train.loop={loop}", "--set",
+                         f"train.gradient_accumulation_steps={k}", "--set", f"train.batch_size_per_replica={per_replica}",
+                         "--output-dir", str(parent))
+        assert result.returncode == 0, result.stderr[-3000:]
+        runs[k] = only_run_dir(parent)
+    accumulated = summary_of(runs[4])
+    assert (accumulated["gradient_accumulation_steps"], accumulated["global_batch_size"],
+            accumulated["effective_batch_size"], accumulated["steps_per_epoch"]) == (4, 32, 128, 3)
+    assert summary_of(runs[1])["effective_batch_size"] == 128
+    diff, largest = weights_differ(runs[4], runs[1])
+    assert diff < 1e-5 and largest > 0.05, (diff, largest)  # the same weights, and trained ones
+    # the same gradient, all-reduced once a step: the same global norm, and the same training figures
+    four, one = rows_of(runs[4])[0], rows_of(runs[1])[0]
+    for key in ("gradient_norm", "gradient_norm_max", "loss", "accuracy"):
+        assert float(four[key]) == pytest.approx(float(one[key]), rel=1e-5), key
+    assert 0 < float(four["gradient_norm"]) <= float(four["gradient_norm_max"])
+
+
+@pytest.mark.slow
+def test_global_norm_clipping_on_2_replicas_clips_the_all_reduced_gradient_as_1_replica_does(tmp_path):
+    # SGD (Adam would hide a clipped gradient's scale); the gradient's norm is about 0.5, clipped to 0.05
+    common = ("--set", "model.optimizer={name: sgd, learning_rate: 0.5}", "--set", "train.lr_scaling=none",
+              "--set", "train.epochs=1", "--set", "train.steps_per_epoch=4", "--set", "train.validation_steps=1",
+              "--set", "train.gradient_clipping={global_norm: 0.05}", "--set", "train.loop=custom")
+    runs = {}
+    for replicas in (2, 1):
+        parent = tmp_path / str(replicas)
+        result = run_cli("run", SEED, *common, "--set", f"devices.cpu_logical_devices={replicas}",
+                         "--set", f"train.batch_size_per_replica={64 // replicas}", "--output-dir", str(parent))
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert "gradient clipping: global_clipnorm 0.05, after the all-reduce" in result.stdout
+        runs[replicas] = only_run_dir(parent)
+    assert summary_of(runs[2])["gradient_clipping"] == {"global_clipnorm": 0.05}
+    assert float(rows_of(runs[2])[0]["gradient_norm"]) > 0.2  # clipping did act, on every step
+    diff, _ = weights_differ(runs[2], runs[1])
+    # Keras's own clipping, before its all-reduce, clips each replica's half to 0.05: twice the step
+    assert diff < 1e-5, diff
+
+
+@pytest.mark.slow
+def test_max_time_saves_exits_75_and_resume_gives_every_cut_epoch_once(tmp_path, small_mnist):
+    parent = tmp_path / "runs"
+    first = run_cli("run", SEED, "--set", "train.epochs=2", "--set", "train.batch_size_per_replica=512",
+                    "--set", "train.steps_per_execution=5", "--set", "train.steps_per_epoch=10",
+                    "--set", "train.max_time=1s", "--output-dir", str(parent), TFGPU_DATA_DIR=str(small_mnist))
+    assert first.returncode == 75, first.stderr[-3000:]
+    assert "train.max_time (1 s from the process's start) ran out: stopped at epoch 1 step 5" in first.stderr
+    run_dir = only_run_dir(parent)
+    assert summary_of(run_dir)["status"] == "preempted"
+    resumed = run_cli("run", "--resume", str(run_dir), "--set", "train.max_time=null",
+                      TFGPU_DATA_DIR=str(small_mnist))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    summary = summary_of(run_dir)
+    assert summary["status"] == "completed"
+    assert summary["steps_per_epoch"] == 10 < small_steps(512)  # cut: the split has 15
+    assert summary["limits"]["steps_per_epoch"] == 10
+    assert [int(r["epoch"]) for r in rows_of(run_dir)] == [0, 1]
+
+
+@pytest.mark.slow
+def test_fast_dev_run_trains_saves_reloads_and_evaluates_one_batch_and_keeps_nothing(tmp_path):
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    result = run_cli("run", SEED, "--fast-dev-run", TMPDIR=str(scratch))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "fast dev run passed in" in result.stdout
+    assert "model.keras reloaded and evaluated (validation loss" in result.stdout
+    assert "nothing kept" in result.stdout
+    assert list(scratch.iterdir()) == []  # its run directory is gone
+    kept = tmp_path / "kept"
+    result = run_cli("run", SEED, "--fast-dev-run", "--keep", str(kept), TMPDIR=str(scratch))
+    assert result.returncode == 0, result.stderr[-3000:]
+    run_dir = only_run_dir(kept)
+    summary = summary_of(run_dir)
+    assert (summary["status"], summary["steps_per_epoch"], summary["epochs_planned"]) == ("completed", 1, 1)
+    assert (run_dir / "model.keras").is_file() and summary["checkpoint"]["saves"] == 1  # (a completed run's is removed)
+    evaluation = json.loads((run_dir / "evaluation.json").read_text())
+    assert evaluation["splits"]["validation"]["samples"] == 4096  # one batch of the 10,000
+    assert f"kept in {run_dir}" in result.stdout
+
+
+def test_fast_dev_run_refuses_what_it_cannot_do():
+    result = run_cli("run", SEED, "--fast-dev-run", "--workers", "2")
+    assert result.returncode == 2
+    assert "does not take --workers" in result.stderr
+    result = run_cli("run", SEED, "--keep", "/tmp/x")
+    assert result.returncode == 2 and "--keep DIR goes with --fast-dev-run" in result.stderr
