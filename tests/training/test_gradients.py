@@ -213,3 +213,38 @@ def test_fast_dev_run_refuses_what_it_cannot_do():
     assert "does not take --workers" in result.stderr
     result = run_cli("run", SEED, "--keep", "/tmp/x")
     assert result.returncode == 2 and "--keep DIR goes with --fast-dev-run" in result.stderr
+
+
+# --- tfgpu lr-find -------------------------------------------------------------------------------------------
+
+def test_the_steepest_descent_is_found_before_the_lowest_loss():
+    from tfgpu.training.lr_find import rates_between, smooth, steepest
+
+    rates = rates_between(1e-4, 1.0, 41)
+    assert rates[0] == pytest.approx(1e-4) and rates[-1] == pytest.approx(1.0) and rates[20] == pytest.approx(1e-2)
+    # flat, a fall centred at 1e-2, the lowest at 1e-1, then a climb
+    losses = [2.0 - 1.5 / (1 + (1e-2 / r) ** 3) + (5.0 if r > 0.2 else 0.0) for r in rates]
+    assert steepest(rates, losses) == pytest.approx(1e-2, rel=0.3)
+    assert steepest(rates, [1.0] * 41) is None  # it never falls
+    assert smooth([2.0, 2.0, 2.0]) == pytest.approx([2.0, 2.0, 2.0])  # bias-corrected: no pull towards 0
+
+
+@pytest.mark.slow
+def test_lr_find_draws_the_curve_and_suggests_a_rate_that_trains(tmp_path):
+    picture = tmp_path / "lr.png"
+    small = ("--set", "train.batch_size_per_replica=64", *TWO_CPUS)
+    result = run_cli("lr-find", SEED, *small, "-o", str(picture), needs=("plots",))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and picture.stat().st_size > 20_000
+    with open(tmp_path / "lr.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert 20 <= len(rows) <= 100 and float(rows[0]["learning_rate"]) == pytest.approx(1e-7)
+    line = next(l for l in result.stdout.splitlines() if l.startswith("use it: tfgpu run"))
+    setting = line.split("--set ", 1)[1].strip("'")
+    rate = float(setting.split("learning_rate: ")[1].rstrip("}"))
+    assert 1e-4 < rate < 0.1, result.stdout  # Adam on the seed CNN: not the range's ends
+    trained = run_cli("run", SEED, *small, "--set", setting, "--set", "train.epochs=1",
+                      "--set", "train.steps_per_epoch=60", "--output-dir", str(tmp_path / "runs"))
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    val_accuracy = float(rows_of(only_run_dir(tmp_path / "runs"))[0]["val_accuracy"])
+    assert val_accuracy > 0.85, val_accuracy  # 60 steps of 128 at the suggested rate

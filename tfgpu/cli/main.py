@@ -23,7 +23,7 @@ class LazyGroup(click.Group):
     def get_command(self, ctx: click.Context, cmd_name: str) -> Optional[click.Command]:
         if cmd_name in COMMANDS and cmd_name not in self.commands:
             module = importlib.import_module(f"{__package__}.{COMMANDS[cmd_name]}")
-            self.add_command(getattr(module, cmd_name))
+            self.add_command(getattr(module, cmd_name.replace("-", "_")))
         return super().get_command(ctx, cmd_name)
 
     def main(self, args: Optional[list[str]] = None, *rest: Any, **kwargs: Any) -> Any:
@@ -66,6 +66,7 @@ def main() -> None:
     tfgpu devices                                     GPUs (NVML) and TensorFlow's devices
     tfgpu doctor                                      why TensorFlow does not see the GPU
     tfgpu bench matmul|logging|devices                time your hardware (d2l's GPU exercises)
+    tfgpu lr-find recipes/mnist.yaml                  a learning rate from a range test (a PNG curve)
     tfgpu run recipes/mnist.yaml --workers 2          two local workers (MultiWorkerMirroredStrategy)
     tfgpu run --resume runs/mnist-20261123-101500     continue a killed run from its checkpoint
     tfgpu sweep recipes/breast_cancer_sweep.yaml --parallel 2   Optuna trials packed onto the devices
@@ -86,5 +87,5 @@ def main() -> None:
 COMMANDS = {
     "run": "run", "sweep": "sweep", "launch": "launch", "evaluate": "evaluate", "predict": "predict",
     "plan": "plan", "devices": "devices", "doctor": "doctor", "runs": "runs", "compare": "runs",
-    "export": "export", "bench": "bench",
+    "export": "export", "bench": "bench", "lr-find": "lr_find",
 }
