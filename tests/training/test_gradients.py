@@ -127,7 +127,8 @@ def test_four_micro_batches_of_16_train_the_weights_one_batch_of_64_does_on_2_re
     for k, per_replica in ((4, 16), (1, 64)):
         parent = tmp_path / f"k{k}"
         result = run_cli("run", SEED, *EQUIVALENT, "--set", f"train.loop={loop}", "--set",
-                         f"train.gradient_accumulation_steps={k}", "--set", f"train.batch_size_per_replica={per_replica}",
+                         f"train.gradient_accumulation_steps={k}",
+                         "--set", f"train.batch_size_per_replica={per_replica}",
                          "--output-dir", str(parent))
         assert result.returncode == 0, result.stderr[-3000:]
         runs[k] = only_run_dir(parent)
@@ -239,7 +240,7 @@ def test_lr_find_draws_the_curve_and_suggests_a_rate_that_trains(tmp_path):
     with open(tmp_path / "lr.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     assert 20 <= len(rows) <= 100 and float(rows[0]["learning_rate"]) == pytest.approx(1e-7)
-    line = next(l for l in result.stdout.splitlines() if l.startswith("use it: tfgpu run"))
+    line = next(line for line in result.stdout.splitlines() if line.startswith("use it: tfgpu run"))
     setting = line.split("--set ", 1)[1].strip("'")
     rate = float(setting.split("learning_rate: ")[1].rstrip("}"))
     assert 1e-4 < rate < 0.1, result.stdout  # Adam on the seed CNN: not the range's ends
@@ -248,3 +249,62 @@ def test_lr_find_draws_the_curve_and_suggests_a_rate_that_trains(tmp_path):
     assert trained.returncode == 0, trained.stderr[-3000:]
     val_accuracy = float(rows_of(only_run_dir(tmp_path / "runs"))[0]["val_accuracy"])
     assert val_accuracy > 0.85, val_accuracy  # 60 steps of 128 at the suggested rate
+
+
+# --- train.batch_size_per_replica: auto ----------------------------------------------------------------------
+
+def test_out_of_memory_is_told_from_other_errors_through_the_run_s_own_wrapping():
+    from tfgpu.training.batch_finder import is_out_of_memory
+
+    class ResourceExhaustedError(Exception):  # TensorFlow's name; its class lives in TensorFlow
+        pass
+
+    try:
+        try:
+            raise ResourceExhaustedError("OOM when allocating tensor with shape[4096,26,26,16]")
+        except ResourceExhaustedError as exc:
+            raise RuntimeError("training failed") from exc  # what tfgpu run's TrainingError carries
+    except RuntimeError as wrapped:
+        assert is_out_of_memory(wrapped)
+    assert is_out_of_memory(RuntimeError("INTERNAL: RESOURCE_EXHAUSTED: Out of memory while trying to allocate"))
+    assert is_out_of_memory(RuntimeError("cuDNN launch failure: CUDNN_STATUS_ALLOC_FAILED"))
+    assert not is_out_of_memory(ValueError("Input 0 of layer conv2d is incompatible with the layer"))
+
+
+@pytest.mark.slow
+def test_auto_batch_finds_the_seam_s_limit_exactly_caches_it_and_the_run_uses_it(tmp_path, small_mnist):
+    cache = tmp_path / "cache"
+    env = {"TFGPU_DATA_DIR": str(small_mnist), "XDG_CACHE_HOME": str(cache)}
+    found = run_cli("find-batch-size", SEED, *TWO_CPUS, "--start", "16", "--most", "64",
+                    TFGPU_FAKE_OOM_ABOVE="37", **env)
+    assert found.returncode == 0, found.stderr[-3000:]
+    # 16, 32 train; 64 fails; then 48, 40 fail, 36 trains, 38 fails, 37 trains: the limit, exactly
+    tried = [line.split(":")[0] for line in found.stdout.splitlines() if line.startswith("batch ")]
+    assert tried == [f"batch {n} per replica" for n in (16, 32, 64, 48, 40, 36, 38, 37)], found.stdout
+    assert "auto = 33 (the largest that trained is 37, 38 ran out of memory; 37 less 10%; 8 trials)" in found.stdout
+    table = json.loads((cache / "tfgpu" / "batch_sizes.json").read_text())
+    (entry,) = table.values()
+    assert (entry["batch"], entry["largest_ok"], entry["smallest_oom"]) == (33, 37, 38)
+    assert "OOM when allocating" in entry["tried"][2]["why"]
+    parent = tmp_path / "runs"
+    run = run_cli("run", SEED, *TWO_CPUS, "--set", "train.batch_size_per_replica=auto", "--set", "train.epochs=1",
+                  "--set", "train.steps_per_epoch=3", "--output-dir", str(parent), **env)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "auto = 33" in run.stdout and "from the cache" in run.stdout
+    summary = summary_of(only_run_dir(parent))
+    assert summary["batch_size_per_replica"] == 33 and summary["batch_size_search"]["cached"] is True
+    assert "batch_size_per_replica: 33" in (only_run_dir(parent) / "config.yaml").read_text()
+    plan = run_cli("plan", SEED, *TWO_CPUS, "--set", "train.batch_size_per_replica=auto", **env)
+    assert "batch: 33 per replica x 2 = 66 global" in plan.stdout
+
+
+@pytest.mark.slow
+def test_auto_batch_on_real_cpus_stops_at_the_training_split_over_the_replicas(tmp_path, small_mnist):
+    # no seam: 2 logical CPUs of this machine's memory, which holds the whole split in one step
+    result = run_cli("find-batch-size", SEED, *TWO_CPUS, "--start", "1024", TFGPU_DATA_DIR=str(small_mnist),
+                     XDG_CACHE_HOME=str(tmp_path / "cache"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    tried = [line for line in result.stdout.splitlines() if line.startswith("batch ")]
+    assert [line.split(":")[0] for line in tried] == [f"batch {n} per replica" for n in (1024, 2048, 3840)]
+    assert all(": trained (" in line for line in tried)
+    assert "auto = 3840 (3840 trained and is the most worth trying" in result.stdout  # 7,680 digits / 2

@@ -67,6 +67,7 @@ def main() -> None:
     tfgpu doctor                                      why TensorFlow does not see the GPU
     tfgpu bench matmul|logging|devices                time your hardware (d2l's GPU exercises)
     tfgpu lr-find recipes/mnist.yaml                  a learning rate from a range test (a PNG curve)
+    tfgpu find-batch-size recipes/mnist.yaml          the largest batch that fits in memory (cached)
     tfgpu run recipes/mnist.yaml --workers 2          two local workers (MultiWorkerMirroredStrategy)
     tfgpu run --resume runs/mnist-20261123-101500     continue a killed run from its checkpoint
     tfgpu sweep recipes/breast_cancer_sweep.yaml --parallel 2   Optuna trials packed onto the devices
@@ -88,4 +89,5 @@ COMMANDS = {
     "run": "run", "sweep": "sweep", "launch": "launch", "evaluate": "evaluate", "predict": "predict",
     "plan": "plan", "devices": "devices", "doctor": "doctor", "runs": "runs", "compare": "runs",
     "export": "export", "bench": "bench", "lr-find": "lr_find",
+    "find-batch-size": "find_batch_size",
 }

@@ -51,6 +51,13 @@ def plan(recipe: str | None, overrides: tuple[str, ...], machine: str | None, as
     checked = recipe is not None and not for_launch  # what 'tfgpu run RECIPE' checks; a launched script has its own
     if checked:
         check(cfg, files=machine is None, keep=False)  # the same checks, as cheaply as the files allow
+    if cfg.train.batch_size_per_replica == "auto" and machine is None:
+        from ..training.batch_finder import cached, cache_key  # noqa: PLC0415
+
+        found = cached(cache_key(cfg))  # the answer tfgpu run would read (no search here: plan runs nothing)
+        if found is not None:
+            click.echo(f"Note: {found.describe()}", err=True)
+            cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={"batch_size_per_replica": found.batch})})
     machine_probe = load_facts(machine).machine if machine else probe()
     machine_probe = as_worker_zero(machine_probe, [12345 + i for i in range(workers)])  # example ports
     result = make_plan(cfg, machine_probe)

@@ -1007,7 +1007,10 @@ class TrainConfig(_Section):
             step run with ``strategy.run``).
         epochs: passes over the training set.
         batch_size_per_replica: samples each replica takes per step; the
-            global batch is this x the number of replicas.
+            global batch is this x the number of replicas. ``auto``: the
+            largest that trains without running out of memory, less 10 %,
+            found by trials in child processes and cached per model, data,
+            precision and devices (:mod:`tfgpu.training.batch_finder`).
         lr_scaling: scale the optimizer's learning rate with the number of
             replicas: ``none``, ``linear`` (x replicas) or ``sqrt``.
         lr_schedule: ``null`` (a constant rate, the default), a name
@@ -1068,7 +1071,7 @@ class TrainConfig(_Section):
 
     loop: Literal["fit", "custom"] = "fit"
     epochs: int = Field(10, ge=1, le=100_000)
-    batch_size_per_replica: int = Field(32, ge=1, le=2**24)
+    batch_size_per_replica: Union[Literal["auto"], int] = 32
     lr_scaling: Literal["none", "linear", "sqrt"] = "none"
     lr_schedule: Optional[dict[str, Any]] = None
     progress: Literal["auto", "bar", "epoch", "none"] = "auto"
@@ -1149,6 +1152,14 @@ class TrainConfig(_Section):
                 isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value) and value[0] <= value[1]):
             return value
         raise ValueError("expected [first, last] training steps, counted from 1, with first <= last, e.g. [10, 20]")
+
+    @field_validator("batch_size_per_replica", mode="before")
+    @classmethod
+    def _check_batch_size(cls, value: Any) -> Any:
+        if value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 2**24):
+            return value
+        raise ValueError("expected auto (the largest that fits in memory, found in child processes and cached) or "
+                         "a whole number of samples from 1 to 16777216")
 
     @field_validator("steps_per_execution", mode="before")
     @classmethod

@@ -123,9 +123,9 @@ def load(cfg: Config, info: Any, source: Source, train: bool = True, seed: Optio
     several workers, the pipelines carry each worker's sharding policy. On
     ``backend: jax``, :func:`prepare_for_jax`'s feeds (no TensorFlow); else
     :func:`prepare`'s ``tf.data`` pipelines. ``seed``: the shuffles' seed
-    (the run's, :func:`tfgpu.training.runner.run_seed`); default :func:`data_seed`. ``train.gradient_accumulation_steps``,
-    ``train.steps_per_epoch``, ``train.validation_steps`` and ``train.test_steps`` shape the batches
-    (:class:`~tfgpu.data.pipeline.Cuts`).
+    (the run's, :func:`tfgpu.training.runner.run_seed`); default :func:`data_seed`.
+    ``train.gradient_accumulation_steps``, ``train.steps_per_epoch``, ``train.validation_steps`` and
+    ``train.test_steps`` shape the batches (:class:`~tfgpu.data.pipeline.Cuts`).
 
     Raises:
         DataError: the data cannot be read or does not fit the config.

@@ -93,7 +93,7 @@ class Plan:
         logical_devices: the logical devices the strategy can use.
         strategy: the strategy to build.
         num_replicas: replicas in sync over all workers (devices per worker x workers).
-        batch_size_per_replica: samples per replica per step.
+        batch_size_per_replica: samples per replica per step (0: ``auto``, not found yet).
         global_batch_size: ``batch_size_per_replica * num_replicas`` samples per micro-batch step.
         gradient_accumulation_steps: micro-batches per optimizer step (``train.gradient_accumulation_steps``).
         effective_batch_size: ``global_batch_size * gradient_accumulation_steps``: samples per optimizer step.
@@ -185,12 +185,15 @@ class Plan:
             ops = f", cross-device ops {s.cross_device_ops}" if s.cross_device_ops else ""
             lines.append(f"Strategy: {s.kind} on {', '.join(s.devices) or 'the default device'}{ops}")
             replicas = str(self.num_replicas)
-        lines.append(
-            f"Replicas: {replicas}; batch: {self.batch_size_per_replica} per replica x "
-            f"{self.num_replicas} = {self.global_batch_size} global"
-            + (f"; x {self.gradient_accumulation_steps} accumulation steps = {self.effective_batch_size} per "
-               "optimizer step" if self.gradient_accumulation_steps > 1 else "")
-        )
+        if not self.batch_size_per_replica:
+            lines.append(f"Replicas: {replicas}; batch: auto per replica (not found yet: tfgpu run or "
+                         "tfgpu find-batch-size tries sizes in child processes and caches the answer)")
+        else:
+            lines.append(
+                f"Replicas: {replicas}; batch: {self.batch_size_per_replica} per replica x "
+                f"{self.num_replicas} = {self.global_batch_size} global"
+                + (f"; x {self.gradient_accumulation_steps} accumulation steps = {self.effective_batch_size} per "
+                   "optimizer step" if self.gradient_accumulation_steps > 1 else ""))
         if self.lr_scaling != "none":
             lines.append(f"Learning rate: x{self.lr_scale:g} ({self.lr_scaling} scaling)")
         lines.append(f"XLA: {'on' if self.jit_compile else 'off'} ({self.jit_compile_reason})")
@@ -369,6 +372,7 @@ def assemble(config: Config, env: dict[str, str], calls: list[TfCall], gpus: lis
     if precision is None:
         precision = resolve_precision(config.tensorflow.mixed_precision, gpus, None)
     per_replica, accumulation = config.train.batch_size_per_replica, config.train.gradient_accumulation_steps
+    per_replica = 0 if per_replica == "auto" else per_replica  # found when the run starts (training.batch_finder)
     factor = replicas * accumulation  # the effective batch over the per-replica batch
     scale = {"none": 1.0, "linear": float(factor), "sqrt": math.sqrt(factor)}[config.train.lr_scaling]
     return Plan(

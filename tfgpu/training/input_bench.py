@@ -131,7 +131,7 @@ def bench_input(recipe: Optional[str], overrides: Sequence[str] = (), steps: int
     from ..config import load_config  # noqa: PLC0415
     from ..data import load  # noqa: PLC0415
     from ..devices.setup import setup  # noqa: PLC0415
-    from . import preflight  # noqa: PLC0415
+    from . import batch_finder, preflight  # noqa: PLC0415
     from .loops import epoch_stats_callback  # noqa: PLC0415
     from .loops.custom import train_custom  # noqa: PLC0415
     from .loops.fit import train_fit  # noqa: PLC0415
@@ -150,6 +150,7 @@ def bench_input(recipe: Optional[str], overrides: Sequence[str] = (), steps: int
                           "input times one machine's pipeline and step, in one process.",
                           "run it on one of the workers' machines with --set distribute.strategy=auto.")
     source, _ = preflight.check(cfg, None)
+    cfg, _ = batch_finder.resolved(cfg)  # train.batch_size_per_replica: auto (the cache, or trials)
     info = setup(cfg)  # TensorFlow's start-up lines held back, as the other benchmarks do
     data, pipes = load(cfg, info, source, seed=run_seed(cfg, info, None))
     steps = max(1, min(steps, pipes.steps_per_epoch))

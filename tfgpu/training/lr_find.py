@@ -121,7 +121,7 @@ def lr_find(recipe: Optional[str], overrides: Sequence[str] = (), out: str = "lr
     from ..config import load_config  # noqa: PLC0415
     from ..data import load, source_for  # noqa: PLC0415
     from ..devices.setup import _setup  # noqa: PLC0415
-    from . import preflight  # noqa: PLC0415
+    from . import batch_finder, preflight  # noqa: PLC0415
     from .loops.fit import train_fit  # noqa: PLC0415
     from .runner import run_seed  # noqa: PLC0415
     from .trainer import Trainer  # noqa: PLC0415
@@ -131,6 +131,7 @@ def lr_find(recipe: Optional[str], overrides: Sequence[str] = (), out: str = "lr
                                          "train.early_stopping=null", "train.callbacks=[]", "train.unfreeze=null",
                                          "train.steps_per_epoch=null", "output.mlflow=null"])
     preflight.check(cfg, files=False)  # (no run directory is written)
+    cfg, _ = batch_finder.resolved(cfg)  # train.batch_size_per_replica: auto (the cache, or trials)
     source = source_for(cfg.data, cfg.model.loss, cfg.tensorflow.seed)
     source.check()
     info = _setup(cfg, keep_log=False)

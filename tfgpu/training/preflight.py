@@ -144,6 +144,7 @@ def describe_run(cfg: Config, plan: Any) -> dict[str, Any]:
     model.update({k: v for k, v in (("init_from", m.init_from), ("freeze", m.freeze)) if v})
     model.update(loss=m.loss, optimizer=m.optimizer, metrics=list(m.metrics))
     train = {"epochs": t.epochs, "loop": t.loop, "batch_size_per_replica": plan.batch_size_per_replica,
+             "gradient_accumulation_steps": t.gradient_accumulation_steps,
              "num_replicas": plan.num_replicas, "global_batch_size": plan.global_batch_size}
     train["lr_schedule"] = for_plan(t.lr_schedule, m.optimizer, plan.lr_scale, t.epochs)
     if t.lr_schedule is None and plan.lr_scale > 1:
@@ -196,8 +197,12 @@ def describe_lines(run: dict[str, Any]) -> list[str]:
         f"  validation: {validation}; test: {data.get('test_path') or 'none'}",
         f"  model: {layers}",
         f"  loss: {_spec(model['loss'])}; optimizer: {_spec(model['optimizer'])}; metrics: {metrics}",
-        f"  epochs: {train['epochs']}; loop: {train['loop']}; batch: {train['batch_size_per_replica']} per "
-        f"replica x {replicas} replica{'s' if replicas != 1 else ''} = {train['global_batch_size']} global",
+        f"  epochs: {train['epochs']}; loop: {train['loop']}; batch: "
+        + (f"{train['batch_size_per_replica']} per replica x {replicas} replica{'s' if replicas != 1 else ''} = "
+           f"{train['global_batch_size']} global" if train['batch_size_per_replica'] else
+           "auto per replica (found when the run starts)")
+        + (f" x {train['gradient_accumulation_steps']} accumulation steps" if train.get(
+            "gradient_accumulation_steps", 1) > 1 else ""),
         *([f"  {train['lr_schedule']['line']}"] if train.get("lr_schedule") else []),
         *_training_lines(data, train),
     ]

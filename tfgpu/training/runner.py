@@ -24,7 +24,7 @@ from ..errors import Interrupted, Preempted, TfgpuError
 from ..tracking import mlflow as tracking
 from ..utils.console import say, warn
 from ..utils.files import replace_atomic, write_json
-from . import preflight
+from . import batch_finder, preflight
 from . import checkpoint as ckpt
 from .layout import CONFIG_FILE
 from .resume import RESUME_ENV, check_same_shape, is_run_dir, load_resumed, request
@@ -118,6 +118,8 @@ def _run(cfg: Config, recipe: Optional[str], resumed: Any, target: Optional[Path
 
     stop.doing = "checking the config and the data files"
     source, check_seconds = preflight.check(cfg, target)
+    stop.doing = "finding the batch size (train.batch_size_per_replica: auto)"
+    cfg, search = batch_finder.resolved(cfg, say)  # the cached answer, or trials in child processes
     marks = {"checks": time.perf_counter()}  # the start-up, piece by piece (summary.json: startup_seconds)
     stop.doing = "starting TensorFlow"
     with stop.held():  # (an exception raised into TensorFlow's import aborts the process)
@@ -145,7 +147,8 @@ def _run(cfg: Config, recipe: Optional[str], resumed: Any, target: Optional[Path
     # output.mlflow: the chief's MLflow run, created (or continued) here and ended however the run ends
     with RunDir.open(cfg, recipe, info, target) as run_dir, tracking.tracked(cfg, info, run_dir, resumed) as mlflow:
         try:
-            run_dir.begin(cfg, info, {**trainer.facts(), "data_seed": seed, **mlflow}, resumed, started)
+            found = {"batch_size_search": batch_finder.asdict(search)} if search is not None else {}
+            run_dir.begin(cfg, info, {**trainer.facts(), "data_seed": seed, **mlflow, **found}, resumed, started)
             run_dir.startup(started[0], marks)
         except Preempted as exc:  # (the requeue, if any, is done on the way out: run)
             raise Preempted(exc.message, _resume_hint(run_dir.path)) from None
@@ -188,6 +191,7 @@ def dry_run(recipe: Optional[str], overrides: Sequence[str] = (), output_dir: Op
     extra = [f"output.dir={output_dir}"] if output_dir else []
     cfg, resumed, target = request(recipe, [*overrides, *extra], resume)
     source, _ = preflight.check(cfg, target)
+    cfg, _ = batch_finder.resolved(cfg, say)  # train.batch_size_per_replica: auto (the cache, or trials)
     if cfg.distribute.strategy == "multi_worker_mirrored":
         workers = resolve_cluster(cfg.distribute, os.environ).num_workers
         if workers > 1:
@@ -358,6 +362,9 @@ def run_workers(recipe: Optional[str], overrides: Sequence[str], output_dir: Opt
     if resuming:
         load_resumed(resume_dir, recipe, overrides)  # a changed setting is refused before any worker starts
     preflight.check(cfg, resume_dir)
+    cfg, search = batch_finder.resolved(cfg, say)  # auto: found once here, every worker given the answer
+    if search is not None:
+        overrides = [*overrides, f"train.batch_size_per_replica={search.batch}"]
     run_dir = RunDir.for_group(cfg, recipe, resume_dir)
     say(f"{workers} workers on 127.0.0.1 (MultiWorkerMirroredStrategy); run directory {run_dir.path}; "
         f"worker logs in {run_dir.path / 'workers'}")
