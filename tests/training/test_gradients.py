@@ -60,6 +60,8 @@ def test_a_duration_that_is_not_one_is_refused_with_the_forms_allowed(text):
     (["train.gradient_clipping={global_norm: 1.0}", "model.optimizer={name: sgd, clipnorm: 2.0}"], "clipnorm"),
     (["train.max_time=1h", "train.checkpoint=false"], "train.checkpoint"),
     (["train.steps_per_epoch=5", "data.cache=/tmp/tfgpu-cache"], "data.cache"),
+    (["train.ema=true", "train.early_stopping={restore_best_weights: true}"], "restore_best_weights"),
+    (["train.ema=true", "model.optimizer={name: adam, use_ema: true}"], "use_ema"),
 ])
 def test_what_the_optimizer_step_cannot_do_is_refused_before_tensorflow_starts(overrides, named):
     with pytest.raises(ConfigError) as info:
@@ -308,3 +310,71 @@ def test_auto_batch_on_real_cpus_stops_at_the_training_split_over_the_replicas(t
     assert [line.split(":")[0] for line in tried] == [f"batch {n} per replica" for n in (1024, 2048, 3840)]
     assert all(": trained (" in line for line in tried)
     assert "auto = 3840 (3840 trained and is the most worth trying" in result.stdout  # 7,680 digits / 2
+
+
+# --- model.sync_batchnorm and train.ema -----------------------------------------------------------------------
+
+SYNC_BN = """
+import numpy as np, tfgpu
+info = tfgpu.setup({"devices": {"cpu_logical_devices": 2}, "distribute": {"strategy": "mirrored"}})
+import keras
+from tfgpu.training.trainer import sync_batchnorm
+rng = np.random.default_rng(0)
+# replica 0 gets rows around 0, replica 1 rows around 10: each replica's variance is about 1, the global one 26
+x = np.concatenate([rng.normal(0, 1, (4, 3)), rng.normal(10, 1, (4, 3))]).astype("float32")
+for sync in (True, False):
+    with info.strategy.scope():
+        model = keras.Sequential([keras.Input((3,)), keras.layers.BatchNormalization(momentum=0.0)])
+        names = sync_batchnorm(model, sync, "tensorflow")
+        model.compile(optimizer="sgd", loss="mse")
+    model.fit(x, x, batch_size=8, epochs=1, shuffle=False, verbose=0)
+    bn = model.layers[0]
+    print(sync, len(names), float(np.abs(bn.moving_mean.numpy() - x.mean(0)).max()),
+          float(np.abs(bn.moving_variance.numpy() - x.var(0)).max()))
+"""
+
+
+@pytest.mark.slow
+def test_sync_batchnorm_gives_each_replica_the_global_batch_s_statistics():
+    result = run_python(SYNC_BN)
+    assert result.returncode == 0, result.stderr[-3000:]
+    synced, unsynced = (line.split() for line in result.stdout.splitlines()[-2:])
+    assert synced[:2] == ["True", "1"] and float(synced[2]) < 1e-4 and float(synced[3]) < 1e-3
+    assert unsynced[:2] == ["False", "0"] and float(unsynced[3]) > 20  # a replica's own variance, not the batch's
+
+
+#: The seed CNN with SGD and EMA; 2 epochs of 3 steps of 64 rows (validation: one batch); a step a call.
+EMA_RUN = ("--set", "model.optimizer={name: sgd, learning_rate: 0.1}", "--set", "train.ema={momentum: 0.5}",
+           "--set", "train.lr_scaling=none", "--set", "train.epochs=2", "--set", "train.steps_per_epoch=3",
+           "--set", "train.validation_steps=1", "--set", "train.steps_per_execution=1", "--set", "train.loop=custom")
+TWO_BY_32 = ("--set", "devices.cpu_logical_devices=2", "--set", "train.batch_size_per_replica=32")
+
+
+@pytest.mark.slow
+def test_ema_on_2_replicas_trains_as_on_1_survives_a_stop_and_resume_and_is_what_is_saved(tmp_path):
+    runs = {}
+    for name, extra in (("two", TWO_BY_32), ("one", ("--set", "train.batch_size_per_replica=64")),
+                        ("stopped", (*TWO_BY_32, "--set", "train.max_time=1s")),
+                        ("raw", (*TWO_BY_32, "--set", "train.ema=null"))):
+        parent = tmp_path / name
+        result = run_cli("run", SEED, *EMA_RUN, *extra, "--output-dir", str(parent))
+        assert result.returncode == (75 if name == "stopped" else 0), result.stderr[-3000:]
+        runs[name] = only_run_dir(parent)
+        if name == "two":
+            assert "EMA of the weights: momentum 0.5; validation and model.keras use the averages" in result.stdout
+    assert summary_of(runs["two"])["ema"]["momentum"] == 0.5
+    stopped = runs["stopped"]
+    assert summary_of(stopped)["status"] == "preempted"
+    resumed = run_cli("run", "--resume", str(stopped), "--set", "train.max_time=null")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    # the averages on 2 replicas are 1 replica's; the stop saved them and the resume went on; they are not the raw
+    assert weights_differ(runs["two"], runs["one"])[0] < 1e-5
+    assert weights_differ(runs["two"], stopped)[0] < 1e-5
+    assert weights_differ(runs["two"], runs["raw"])[0] > 1e-3
+    # model.keras holds what the last validation measured: the averages
+    evaluated = run_cli("evaluate", str(runs["two"]), "--set", "train.validation_steps=1")
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    report = json.loads((runs["two"] / "evaluation.json").read_text())["splits"]["validation"]
+    last = rows_of(runs["two"])[-1]
+    assert report["loss"] == pytest.approx(float(last["val_loss"]), rel=1e-5)
+    assert report["samples"] == 64  # one batch of the global 2 x 32

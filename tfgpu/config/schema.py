@@ -753,6 +753,9 @@ class ModelConfig(_Section):
         init_from: start from an earlier run's weights: a run directory (its ``model.keras``), a
             ``.keras`` file or a ``.weights.h5`` file; layers are matched by name and shape.
         freeze: layer names or name prefixes (or ``application``) made non-trainable before compiling.
+        sync_batchnorm: every ``BatchNormalization`` layer computes its batch statistics over the global batch
+            (all replicas; Keras's ``synchronized=True``), not its replica's part. On JAX they already are (the step
+            is one program over the global batch).
     """
 
     layers: Optional[list[Any]] = None
@@ -764,6 +767,7 @@ class ModelConfig(_Section):
     optimizer: Any = "adam"
     loss: Any = "sparse_categorical_crossentropy"
     metrics: list[Any] = Field(default_factory=lambda: ["accuracy"])
+    sync_batchnorm: bool = False
 
     @field_validator("layers", mode="before")
     @classmethod
@@ -967,6 +971,18 @@ def duration_seconds(value: Any) -> float:
     return seconds
 
 
+class EmaConfig(_Section):
+    """``train.ema``: an exponential moving average of the weights (Keras's ``use_ema``), used for validation and
+    the saved model (:mod:`tfgpu.training.ema`).
+
+    Attributes:
+        momentum: each optimizer step, ``average = momentum x average + (1 - momentum) x weight``
+            (Keras ``ema_momentum``); the averages follow about ``1 / (1 - momentum)`` steps.
+    """
+
+    momentum: float = Field(0.999, gt=0, lt=1)
+
+
 class GradientClippingConfig(_Section):
     """``train.gradient_clipping``: one of three ways, applied to the gradient all-reduced over every replica
     (:mod:`tfgpu.training.loops.gradients`), before the optimizer's update.
@@ -1060,6 +1076,8 @@ class TrainConfig(_Section):
             applied once (:mod:`tfgpu.training.loops.gradients`). The effective batch is per replica x replicas x K;
             ``steps_per_epoch``, schedules, ``lr_scaling`` and checkpoints count optimizer steps.
         gradient_clipping: :class:`GradientClippingConfig`, applied after the all-reduce; ``null``: none.
+        ema: :class:`EmaConfig` (``true``: momentum 0.999): validate, save and serve a moving average of the
+            weights; ``null``: none.
         steps_per_epoch: at most this many optimizer steps an epoch (the first of each epoch's shuffle);
             ``null``: the whole training split.
         validation_steps: at most this many validation batches an epoch; ``null``: the whole split.
@@ -1085,10 +1103,16 @@ class TrainConfig(_Section):
     class_weight: Union[Literal["balanced"], dict[Union[int, str], float], None] = None
     gradient_accumulation_steps: int = Field(1, ge=1, le=4096)
     gradient_clipping: Optional[GradientClippingConfig] = None
+    ema: Optional[EmaConfig] = None
     steps_per_epoch: Optional[int] = Field(None, ge=1, le=10**9)
     validation_steps: Optional[int] = Field(None, ge=1, le=10**9)
     test_steps: Optional[int] = Field(None, ge=1, le=10**9)
     max_time: Optional[float] = None
+
+    @field_validator("ema", mode="before")
+    @classmethod
+    def _ema_switch(cls, value: Any) -> Any:
+        return ({} if value else None) if isinstance(value, bool) else value
 
     @field_validator("max_time", mode="before")
     @classmethod

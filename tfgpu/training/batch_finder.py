@@ -179,8 +179,8 @@ def _search(recipe: str, key: str, start: int, most: Optional[int], say: Any) ->
     if not trial(size):
         if size == 1:
             raise TrainingError("train.batch_size_per_replica: auto: even 1 sample per replica runs out of memory.",
-                                "use a smaller model, mixed precision (tensorflow.mixed_precision), model.remat, "
-                                "or more devices.")
+                                "use a smaller model, mixed precision (tensorflow.mixed_precision), or more "
+                                "devices.")
         low, high = 0, size
     else:
         low, high = size, None
@@ -198,7 +198,7 @@ def _search(recipe: str, key: str, start: int, most: Optional[int], say: Any) ->
             high = size
     if low == 0:
         raise TrainingError(f"train.batch_size_per_replica: auto: every size down to {high} ran out of memory.",
-                            "use a smaller model, mixed precision, model.remat, or more devices.")
+                            "use a smaller model, mixed precision, or more devices.")
     batch = max(1, math.floor(low * (1 - MARGIN))) if high is not None else low
     search = Search(batch, low, high, "memory" if high is not None else "most", tried, key)
     _keep(search)

@@ -27,6 +27,7 @@ from ..model.schedules import check_optimizer_rate, for_plan
 from ..tracking import mlflow as tracking
 from ..utils.imports import find_module
 from .callbacks import check as check_callbacks
+from . import ema
 from .loops import gradients
 from .layout import check_parent, check_tensorboard
 
@@ -67,6 +68,7 @@ def check(cfg: Config, target: Optional[Path] = None, files: bool = True,
         find_module(cfg.model.builder, "model.builder", ConfigError)
     check_callbacks(cfg)
     gradients.check(cfg)  # train.gradient_accumulation_steps and gradient_clipping against the backend and optimizer
+    ema.check(cfg)  # train.ema against restore_best_weights and the optimizer's own use_ema
     _check_limits(cfg)
     if files:
         check_parent(cfg.output.dir if target is None else str(target.parent))

@@ -35,6 +35,7 @@ from ..tracking import study
 from ..tracking import mlflow as tracking
 from ..utils.console import warn
 from . import callbacks as user_callbacks
+from . import ema
 from . import checkpoint as ckpt
 from .loops import Job, epoch_stats_callback, progress_mode
 from . import telemetry
@@ -135,6 +136,26 @@ def evaluate_split(model: Any, dataset: Any, steps: int) -> dict[str, float]:
     return {k: float(v) for k, v in result.items()}
 
 
+def sync_batchnorm(model: Any, wanted: bool, backend: str) -> list[str]:
+    """``model.sync_batchnorm``: every ``BatchNormalization`` layer of ``model`` (nested ones too) set to compute its
+    batch statistics across replicas (``synchronized=True``, which Keras reads when the layer is called, on
+    TensorFlow); the names of those layers. On JAX nothing is set: the statistics already cover the global batch.
+
+    Wraps: https://keras.io/api/layers/normalization_layers/batch_normalization/
+    """
+    if not wanted:
+        return []
+    import keras  # noqa: PLC0415
+
+    layers = [layer for layer in model._flatten_layers() if isinstance(layer, keras.layers.BatchNormalization)]
+    if backend == "tensorflow":
+        for layer in layers:
+            layer.synchronized = True
+    if not layers:
+        warn("model.sync_batchnorm: true, and the model has no BatchNormalization layer: nothing to synchronise")
+    return [layer.name for layer in layers]
+
+
 class Trainer:
     """The model and what trains it, built in the strategy's scope from the config and the data.
 
@@ -182,6 +203,7 @@ class Trainer:
             augment = model_layers(cfg.data, pipes.info.get("augment", {}).get("seed"), spec)  # augment_on: model
             self.model = build_model(cfg.model, spec.input_shape, target, normalization, augment_layers=augment,
                                      pixel_factor=backbone.pixel_factor(spec))
+            self.synchronized = sync_batchnorm(self.model, cfg.model.sync_batchnorm, plan.backend)
             # model.init_from and model.freeze, before compiling (tfgpu.model.transfer)
             self.transfer = transfer.prepare(cfg, self.model, plan.num_workers, restoring)
             self.optimizer, self.learning_rate = make_optimizer(
@@ -190,6 +212,7 @@ class Trainer:
                                               cfg.train.epochs, pipes.steps_per_epoch)
                              if math.isfinite(self.learning_rate) else None)
             gradients.clip_with(self.optimizer, cfg.train.gradient_clipping)  # Keras's own, fed the reduced gradient
+            ema.configure(self.optimizer, cfg.train.ema)  # Keras's use_ema, before the optimizer is built
             if cfg.train.loop == "custom" and plan.mixed_precision == "mixed_float16":
                 self.optimizer = keras.optimizers.LossScaleOptimizer(self.optimizer)  # fit wraps it itself
             metrics = make_metrics(cfg.model.metrics, cfg.model.loss)
@@ -298,6 +321,8 @@ class Trainer:
             "gradient_accumulation_steps": cfg.train.gradient_accumulation_steps,
             "effective_batch_size": self.effective_batch_size,
             "gradient_clipping": gradients.clipping_of(self.optimizer),
+            "ema": ema.facts(self.optimizer),
+            "sync_batchnorm": self.synchronized if cfg.model.sync_batchnorm else None,
             "steps_per_epoch": pipes.steps_per_epoch,
             "limits": {"steps_per_epoch": cfg.train.steps_per_epoch, "validation_steps": cfg.train.validation_steps,
                        "max_time_seconds": cfg.train.max_time},
@@ -395,6 +420,12 @@ class Trainer:
                      + (f" ({plan.lr_scaling} scaling)" if plan.lr_scaling != "none" else ""))
         if self.schedule is not None:
             lines.append(f"learning-rate schedule: {self.schedule.describe()}")
+        if cfg.model.sync_batchnorm:
+            lines.append(f"synchronised BatchNormalization: {len(self.synchronized)} layer(s), statistics over the "
+                         "global batch" + (" (on JAX they always are)" if plan.backend == "jax" else ""))
+        if ema.momentum_of(self.optimizer) is not None:
+            lines.append(f"EMA of the weights: momentum {ema.momentum_of(self.optimizer):g}; validation and "
+                         "model.keras use the averages")
         clipping = gradients.clipping_of(self.optimizer)
         if clipping:
             name, value = next(iter(clipping.items()))
@@ -433,7 +464,8 @@ class Trainer:
         # the rate first: the epoch statistics' rows (summary.json, the custom loop's epoch line) then hold it too
         self.telemetry = telemetry.for_run(self.cfg, self.info, self.model, self.sample, run.home)
         self.rows = run.epochs.rows
-        callbacks = [learning_rate_callback(self.optimizer),
+        # train.ema: validation on the averages (swapped in for on_test_begin, back for on_test_end)
+        callbacks = [*ema.callbacks(self.optimizer), learning_rate_callback(self.optimizer),
                      epoch_stats_callback(self.train_samples, run.epochs, self.telemetry),
                      keras.callbacks.CSVLogger(str(run.path / "metrics.csv"), append=True)]
         if self.cfg.output.tensorboard:
@@ -506,7 +538,7 @@ class Trainer:
         # With a checkpoint to save, a stop signal waits for the next call boundary (the callback saves and
         # stops); without one it stops the run at once (tfgpu.training.checkpoint.StopSignals).
         deferred = self.stop is not None and self.saver is not None
-        with (self.stop.deferred() if deferred else contextlib.nullcontext()):
+        with (self.stop.deferred() if deferred else contextlib.nullcontext()), ema.held(self.optimizer):
             loop = train_fit if self.cfg.train.loop == "fit" else train_custom
             at, go_on = self.transfer.unfreeze_epoch, True
             if at is not None and not self.transfer.unfrozen and start.epoch < at:
@@ -521,6 +553,8 @@ class Trainer:
                     start = ckpt.Position(at, 0)
             if go_on:
                 self._traced(loop(self.job(), callbacks, progress, (start.epoch, start.step)))
+        with self.info.scope():
+            ema.finalize(self.optimizer, self.model)  # train.ema: the averages are the result (model.keras, test)
         if self.early_stopping is not None:
             self.early_stopping.finish()  # restore_best_weights: the best epoch's weights, before model.keras
         bound = input_bound(self.rows, self.cfg) if self.info.is_chief else None
