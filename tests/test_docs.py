@@ -228,6 +228,14 @@ def classify(c: Command) -> Optional[tuple[str, str]]:
             return RUN, "reads NVML (and starts TensorFlow unless --no-tensorflow): seconds"
         if sub == "run" and "--dry-run" in w:
             return RUN, "checks without training"
+        if sub == "run" and "--fast-dev-run" in w:
+            return RUN, "one batch of each split, saved, reloaded and evaluated: seconds"
+        if sub == "lr-find":
+            return SKIP, ("trains 100 steps (tests/training/test_gradients.py runs the range test and trains with its "
+                          "suggestion)")
+        if sub == "find-batch-size":
+            return SKIP, ("tries batch sizes in child processes, a minute or more (tests/training/test_gradients.py "
+                          "runs it with the out-of-memory seam and for real)")
         if sub == "run" and "--resume" in w:
             return SKIP, ("continues the run directory of an earlier, killed run (tests/training/test_faults.py and "
                           "tests/training/test_state.py kill runs and resume them)")
