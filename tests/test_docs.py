@@ -229,7 +229,8 @@ def classify(c: Command) -> Optional[tuple[str, str]]:
         if sub == "run" and "--dry-run" in w:
             return RUN, "checks without training"
         if sub == "run" and "--fast-dev-run" in w:
-            return RUN, "one batch of each split, saved, reloaded and evaluated: seconds"
+            return PLAN, ("trains a step: checked as `tfgpu plan` with the same recipe and settings "
+                          "(tests/training/test_gradients.py runs it)")
         if sub == "lr-find":
             return SKIP, ("trains 100 steps (tests/training/test_gradients.py runs the range test and trains with its "
                           "suggestion)")
@@ -292,9 +293,11 @@ def as_plan(words: tuple[str, ...]) -> list[str]:
     """``tfgpu run RECIPE ...`` (or ``tfgpu sweep RECIPE ...``) as the ``tfgpu plan`` with the same recipe and
     settings (run-only and sweep-only options dropped; ``--parallel K`` is ``tfgpu plan``'s too)."""
     out, rest = ["tfgpu", "plan"], list(words[2:])
-    dropped = ("--max-restarts", "--output-dir", "--trials", "--storage", "--study")  # run- or sweep-only options
+    dropped = ("--max-restarts", "--output-dir", "--trials", "--storage", "--study", "--keep")  # run-/sweep-only
     while rest:
         word = rest.pop(0)
+        if word == "--fast-dev-run":  # a run-only flag
+            continue
         if word in dropped:
             rest.pop(0)
         elif not word.startswith(tuple(f"{d}=" for d in dropped)):

@@ -130,7 +130,11 @@ def test_a_real_run_prints_rounded_epoch_lines_and_keeps_full_values(two_replica
     for line, row in zip(lines, rows):
         assert re.fullmatch(r"Epoch \d/2 - (\w+: \d\.\d{4} - ){4}learning_rate: [\d.e+-]+ - epoch_seconds: [\d.]+ - "
                             r"train_seconds: [\d.]+ - "
-                            r"samples_per_second: \d+ - input wait: \d+% - MFU: [\d.]+% - CPU: \d+%", line), line
+                            r"samples_per_second: \d+ - grad norm: [\d.e+-]+ \(max [\d.e+-]+\) - input wait: \d+% - "
+                            r"MFU: [\d.]+% - CPU: \d+%", line), line
+        norm = re.search(r"grad norm: ([\d.e+-]+) \(max ([\d.e+-]+)\)", line)
+        assert float(row["gradient_norm"]) == pytest.approx(float(norm.group(1)), rel=5e-3)  # 3 significant digits
+        assert 0 < float(row["gradient_norm"]) <= float(row["gradient_norm_max"])
         assert re.search(r"\bloss: ", line) and "val_accuracy: " in line, line  # the metrics keep Keras's 4 decimals
         seconds = re.search(r"epoch_seconds: ([\d.]+)", line).group(1)
         assert len(seconds.replace(".", "").lstrip("0")) <= 3, line  # 2-3 significant digits

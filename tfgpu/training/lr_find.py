@@ -172,8 +172,9 @@ class _Record:
 
         class RangeTestCallback(keras.callbacks.Callback):
             def on_train_batch_begin(self, batch: int, logs: Optional[dict] = None) -> None:
+                model = self.model  # (on JAX, reading it writes the trainer's state back into the variables)
                 record.optimizer.learning_rate.assign(record.rates[min(batch, len(record.rates) - 1)])
-                record.model.reset_metrics()  # the step's own loss, not the epoch's running mean
+                model.reset_metrics()  # the step's own loss, not the epoch's running mean
 
             def on_train_batch_end(self, batch: int, logs: Optional[dict] = None) -> None:
                 loss = float((logs or {}).get("loss", float("nan")))

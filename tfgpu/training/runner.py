@@ -304,7 +304,10 @@ def train(run_dir: RunDir, trainer: Trainer, resumed: Any) -> RunResult:
             replace_atomic(run_dir.path / "model.keras", trainer.save, run_dir.path / ".model.tmp.keras",
                            "check the disk space and permissions; the run's metrics are kept.")
         stop.doing = "testing"
-        run_dir.record(trainer.test(run_dir.epochs.rows))
+        # held: a signal is handled when the evaluation returns (raised into Keras's evaluate under load, a SIGTERM
+        # once crashed the process with SIGSEGV before anything was written); model.keras is saved already
+        with stop.held():
+            run_dir.record(trainer.test(run_dir.epochs.rows))
         stop.doing = "finishing"
     if trainer.saver is not None and cfg.output.save_model:
         run_dir.drop_checkpoint()  # model.keras holds the result now

@@ -264,4 +264,3 @@ def train_custom(job: Job, callbacks: list, progress: str, start: tuple[int, int
     keep_iterators([blocks.iterator if blocks is not None else train_batches, val_batches])
     return {"train": train_steps.experimental_get_tracing_count(),
             "validation": test_steps.experimental_get_tracing_count()}
-

@@ -41,6 +41,7 @@ from typing import Any, Callable, Iterator, Optional
 
 from ...errors import ConfigError
 
+
 def check(cfg: Any) -> None:
     """Refuse what tfgpu's step cannot do, before TensorFlow starts (``tfgpu plan`` and ``tfgpu run``).
 
