@@ -1109,11 +1109,6 @@ class TrainConfig(_Section):
     test_steps: Optional[int] = Field(None, ge=1, le=10**9)
     max_time: Optional[float] = None
 
-    @field_validator("ema", mode="before")
-    @classmethod
-    def _ema_switch(cls, value: Any) -> Any:
-        return ({} if value else None) if isinstance(value, bool) else value
-
     @field_validator("max_time", mode="before")
     @classmethod
     def _check_max_time(cls, value: Any) -> Any:
@@ -1154,9 +1149,9 @@ class TrainConfig(_Section):
         raise ValueError("expected balanced (n_samples / (n_classes x the class's samples)) or a mapping of class "
                          "names or indices to weights >= 0, e.g. {malignant: 2.0} or {0: 2.0, 1: 1.0}")
 
-    @field_validator("early_stopping", mode="before")
+    @field_validator("early_stopping", "ema", mode="before")
     @classmethod
-    def _early_stopping_switch(cls, value: Any) -> Any:
+    def _section_switch(cls, value: Any) -> Any:  # true: the section's defaults; false: off
         return ({} if value else None) if isinstance(value, bool) else value
 
     @field_validator("callbacks", mode="before")

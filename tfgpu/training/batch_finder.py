@@ -38,6 +38,7 @@ from typing import Any, Optional
 import yaml
 
 from ..errors import TrainingError
+from ..utils.files import write_json
 
 #: The exit code of a trial that ran out of memory.
 OOM_EXIT = 17
@@ -122,9 +123,7 @@ def _keep(search: Search) -> None:
     except (OSError, ValueError):
         table = {}
     table[search.key] = {k: v for k, v in asdict(search).items() if k != "cached"}
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_text(json.dumps(table, indent=1))
-    temporary.replace(path)
+    write_json(path, table)
 
 
 def resolved(cfg: Any, say: Any = print) -> tuple[Any, Optional[Search]]:

@@ -23,12 +23,12 @@ from __future__ import annotations
 import csv
 import dataclasses
 import math
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from ..errors import OutputError, UsageError
+from ..utils.files import replace_atomic
 from ..utils.imports import importable
 
 #: The smoothing of the recorded losses (an exponential moving average, bias-corrected): about a 10-step window.
@@ -242,8 +242,5 @@ def _draw(path: Path, rates: list[float], losses: list[float], smoothed: list[fl
     axes.legend(loc="upper left")
     axes.grid(True, which="both", alpha=0.3)
     figure.tight_layout()
-    started = time.time()
-    temporary = path.with_name(f".{path.name}.{int(started)}.tmp.png")
-    figure.savefig(temporary, format="png")
-    temporary.replace(path)
+    replace_atomic(path, lambda tmp: figure.savefig(tmp, format="png"), path.with_name(f".{path.name}.tmp.png"))
     return str(path)

@@ -40,6 +40,7 @@ import contextlib
 from typing import Any, Callable, Iterator, Optional
 
 from ...errors import ConfigError
+from .replica_batches import part_bounds
 
 
 def check(cfg: Any) -> None:
@@ -106,16 +107,6 @@ def overrides_train_step(model: Any) -> bool:
     return type(model).train_step is not keras.Model.train_step
 
 
-def micro_bounds(rows: Any, k: int, i: Any) -> tuple[Any, Any]:
-    """``(start, end)`` of micro-batch ``i`` of ``k`` in ``rows`` rows: ``ceil(rows / k)`` rows each, in order, the
-    last fewer or none (e.g. 10 rows, k 4: 0-3, 3-6, 6-9, 9-10)."""
-    import tensorflow as tf  # noqa: PLC0415
-
-    each = (rows + k - 1) // k
-    start = tf.minimum(each * i, rows)
-    return start, tf.minimum(start + each, rows)
-
-
 def accumulate(grads_of: Callable[[Any], list], batch: Any, k: int) -> list:
     """The gradients of ``batch`` as ``k`` micro-batches, run one after another and summed, each weighted by its
     rows over the batch's (so the sum is the gradient of the mean over all the rows when each micro-batch's loss is
@@ -138,7 +129,7 @@ def accumulate(grads_of: Callable[[Any], list], batch: Any, k: int) -> list:
     rows = tf.shape(tf.nest.flatten(batch)[0])[0]
 
     def weighted(i: Any) -> list:
-        start, end = micro_bounds(rows, k, i)
+        start, end = part_bounds(rows, k, i)
         share = tf.cast(end - start, tf.float32) / tf.cast(tf.maximum(rows, 1), tf.float32)
         grads = grads_of(tf.nest.map_structure(lambda t: t[start:end], batch))
         return [None if g is None else tf.convert_to_tensor(g) * tf.cast(share, g.dtype) for g in grads]

@@ -58,12 +58,16 @@ def split_rows(rows: Any, replicas: int) -> list[tuple[Any, Any]]:
     E.g. ``split_rows(171, 2)`` is ``[(0, 86), (86, 171)]``, ``split_rows(10, 4)`` ``[(0, 3), (3, 6), (6, 9),
     (9, 10)]``, ``split_rows(1, 2)`` ``[(0, 1), (1, 1)]``.
     """
-    each = (rows + replicas - 1) // replicas
-    bounds = []
-    for i in range(replicas):
-        start = each * i
-        bounds.append((_at_most(start, rows), _at_most(start + each, rows)))
-    return bounds
+    return [part_bounds(rows, replicas, i) for i in range(replicas)]
+
+
+def part_bounds(rows: Any, parts: int, i: Any) -> tuple[Any, Any]:
+    """``(start, end)`` of part ``i`` (an int or an int32 tensor) of ``parts`` in ``rows`` rows: ``ceil(rows /
+    parts)`` rows each, in order, the last fewer or none (:func:`split_rows`' parts; also the micro-batches of
+    :func:`tfgpu.training.loops.gradients.accumulate`)."""
+    each = (rows + parts - 1) // parts
+    start = each * i
+    return _at_most(start, rows), _at_most(start + each, rows)
 
 
 def _at_most(value: Any, bound: Any) -> Any:
