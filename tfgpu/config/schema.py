@@ -732,6 +732,18 @@ class ApplicationConfig(_Section):
     args: dict[str, Any] = Field(default_factory=dict)
 
 
+class RematConfig(_Section):
+    """``model.remat``: the training forward pass in checkpointed segments, recomputed in the backward pass
+    (:mod:`tfgpu.training.loops.remat`): less activation memory for about one more forward pass of compute.
+
+    Attributes:
+        segments: how many segments (at least 2); ``null``: about the square root of the places the model can be
+            cut (after each layer of a Sequential model, after each block whose branches have joined).
+    """
+
+    segments: Optional[int] = Field(None, ge=2)
+
+
 class ModelConfig(_Section):
     """The Keras model.
 
@@ -756,6 +768,8 @@ class ModelConfig(_Section):
         sync_batchnorm: every ``BatchNormalization`` layer computes its batch statistics over the global batch
             (all replicas; Keras's ``synchronized=True``), not its replica's part. On JAX they already are (the step
             is one program over the global batch).
+        remat: :class:`RematConfig` (``true``: the default segments): gradient checkpointing on TensorFlow; the
+            gradients, dropout masks and moving statistics are those of the plain model.
     """
 
     layers: Optional[list[Any]] = None
@@ -768,6 +782,18 @@ class ModelConfig(_Section):
     loss: Any = "sparse_categorical_crossentropy"
     metrics: list[Any] = Field(default_factory=lambda: ["accuracy"])
     sync_batchnorm: bool = False
+    remat: Optional[RematConfig] = None
+
+    @field_validator("remat", mode="before")
+    @classmethod
+    def _check_remat(cls, value: Any) -> Any:
+        mode = value if isinstance(value, str) else value.get("mode") if isinstance(value, dict) else None
+        if mode in ("full", "activations", "larger_than", "list_of_layers"):
+            raise ValueError(
+                f"{mode} is a keras.RematScope mode, which fails in a compiled training step with Keras 3.15.1 "
+                "(full, list_of_layers and larger_than) or keeps every layer's input anyway (activations); tfgpu "
+                "checkpoints segments of the model instead: use true or {segments: N}")
+        return ({} if value else None) if isinstance(value, bool) else value
 
     @field_validator("layers", mode="before")
     @classmethod

@@ -28,7 +28,7 @@ from ..tracking import mlflow as tracking
 from ..utils.imports import find_module
 from .callbacks import check as check_callbacks
 from . import ema
-from .loops import gradients
+from .loops import gradients, remat
 from .layout import check_parent, check_tensorboard
 
 
@@ -69,6 +69,7 @@ def check(cfg: Config, target: Optional[Path] = None, files: bool = True,
     check_callbacks(cfg)
     gradients.check(cfg)  # train.gradient_accumulation_steps and gradient_clipping against the backend and optimizer
     ema.check(cfg)  # train.ema against restore_best_weights and the optimizer's own use_ema
+    remat.check(cfg)  # model.remat against the backend
     _check_limits(cfg)
     if files:
         check_parent(cfg.output.dir if target is None else str(target.parent))
@@ -144,6 +145,8 @@ def describe_run(cfg: Config, plan: Any) -> dict[str, Any]:
     if m.application is not None:  # tfgpu.model.backbone: the application, then the head
         model["application"] = {"name": m.application.name, "weights": m.application.weights}
     model.update({k: v for k, v in (("init_from", m.init_from), ("freeze", m.freeze)) if v})
+    if m.remat is not None:  # tfgpu.training.loops.remat: the segments are counted when the model is built
+        model["remat"] = m.remat.model_dump()
     model.update(loss=m.loss, optimizer=m.optimizer, metrics=list(m.metrics))
     train = {"epochs": t.epochs, "loop": t.loop, "batch_size_per_replica": plan.batch_size_per_replica,
              "gradient_accumulation_steps": t.gradient_accumulation_steps,
@@ -191,6 +194,10 @@ def describe_lines(run: dict[str, Any]) -> list[str]:
                   + (f"the head: {', '.join(model['layers'])}" if model["layers"] else "a Dense head that fits the data"))
     if model.get("init_from") or model.get("freeze"):
         layers += "".join(f"; {k}: {model[k]}" for k in ("init_from", "freeze") if model.get(k))
+    if model.get("remat"):
+        segments = model["remat"]["segments"]
+        layers += (f"; remat: {segments if segments else 'about the square root of the places to cut,'} segments "
+                   "recomputed in the backward pass")
     metrics = ", ".join(_spec(x) for x in model["metrics"]) or "none"
     replicas = train["num_replicas"]
     return [

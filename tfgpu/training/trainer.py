@@ -40,7 +40,7 @@ from . import checkpoint as ckpt
 from .loops import Job, epoch_stats_callback, progress_mode
 from . import telemetry
 from .telemetry import input_bound
-from .loops import gradients
+from .loops import gradients, remat
 from .loops.replica_batches import Feed
 from .loops.custom import MAX_CALL_SECONDS
 
@@ -204,6 +204,8 @@ class Trainer:
             self.model = build_model(cfg.model, spec.input_shape, target, normalization, augment_layers=augment,
                                      pixel_factor=backbone.pixel_factor(spec))
             self.synchronized = sync_batchnorm(self.model, cfg.model.sync_batchnorm, plan.backend)
+            # model.remat: the training forward pass in checkpointed segments (tfgpu's step; the model is unchanged)
+            self.remat = remat.Segments(self.model, cfg.model.remat.segments) if cfg.model.remat is not None else None
             # model.init_from and model.freeze, before compiling (tfgpu.model.transfer)
             self.transfer = transfer.prepare(cfg, self.model, plan.num_workers, restoring)
             self.optimizer, self.learning_rate = make_optimizer(
@@ -227,11 +229,18 @@ class Trainer:
                 self.metrics = make_metrics(cfg.model.metrics, cfg.model.loss)
                 self.val_metrics = make_metrics(cfg.model.metrics, cfg.model.loss, prefix="val_")
         k = cfg.train.gradient_accumulation_steps
-        if k > 1 and cfg.train.loop == "fit" and gradients.overrides_train_step(self.model):
-            raise ConfigError(
-                f"train.gradient_accumulation_steps: {k} runs in tfgpu's train_step, and this model's class "
-                f"({type(self.model).__name__}) has its own train_step, which fit would use instead.",
-                "use train.loop: custom, or accumulate in your own train_step and set gradient_accumulation_steps: 1.")
+        if cfg.train.loop == "fit" and gradients.overrides_train_step(self.model):
+            if k > 1:
+                raise ConfigError(
+                    f"train.gradient_accumulation_steps: {k} runs in tfgpu's train_step, and this model's class "
+                    f"({type(self.model).__name__}) has its own train_step, which fit would use instead.",
+                    "use train.loop: custom, or accumulate in your own train_step and set "
+                    "gradient_accumulation_steps: 1.")
+            if self.remat is not None:
+                raise ConfigError(
+                    f"model.remat runs in tfgpu's train_step, and this model's class ({type(self.model).__name__}) "
+                    "has its own train_step, which fit would use instead.",
+                    "use train.loop: custom, or call keras.remat in your own model and remove model.remat.")
         # A loss or metric that does not fit the labels fails here, as a configuration error, before
         # anything is written, rather than inside the first training step.
         self.sample = sample_batch(data)  # two training rows as the pipeline gives them (also the FLOPs count's shapes)
@@ -323,6 +332,7 @@ class Trainer:
             "gradient_clipping": gradients.clipping_of(self.optimizer),
             "ema": ema.facts(self.optimizer),
             "sync_batchnorm": self.synchronized if cfg.model.sync_batchnorm else None,
+            "remat": self.remat.describe() if self.remat is not None else None,
             "steps_per_epoch": pipes.steps_per_epoch,
             "limits": {"steps_per_epoch": cfg.train.steps_per_epoch, "validation_steps": cfg.train.validation_steps,
                        "max_time_seconds": cfg.train.max_time},
@@ -426,11 +436,16 @@ class Trainer:
         if ema.momentum_of(self.optimizer) is not None:
             lines.append(f"EMA of the weights: momentum {ema.momentum_of(self.optimizer):g}; validation and "
                          "model.keras use the averages")
+        if self.remat is not None:
+            lines.append(f"rematerialisation: {len(self.remat.segments)} segments recomputed in the backward pass "
+                         f"({self.remat.cuts} places to cut; activations kept after "
+                         f"{', '.join(self.remat.checkpoints)})")
         clipping = gradients.clipping_of(self.optimizer)
         if clipping:
             name, value = next(iter(clipping.items()))
+            own = plan.backend == "jax" or (cfg.train.loop == "fit" and gradients.overrides_train_step(self.model))
             lines.append(f"gradient clipping: {name} {value:g}, after the all-reduce"
-                         + ("" if plan.backend == "jax" else " (tfgpu's step)"))
+                         + (" (Keras's optimizer)" if own else " (tfgpu's step)"))
         lines.append(f"steps per call: {self.per_call} ({self.per_call_reason})")
         xla = self.xla()
         lines.append(f"XLA: {'on' if plan.jit_compile else 'off'} ({plan.jit_compile_reason})"
@@ -522,7 +537,8 @@ class Trainer:
                    loss=self.loss, metrics=self.metrics or [], val_metrics=self.val_metrics or [],
                    steps_per_execution=self.per_call, jit_compile=self.info.plan.jit_compile,
                    terminate_on_nan=cfg.train.terminate_on_nan, global_batch=pipes.global_batch,
-                   train_blocks=pipes.train_blocks, accumulation=cfg.train.gradient_accumulation_steps)
+                   train_blocks=pipes.train_blocks, accumulation=cfg.train.gradient_accumulation_steps,
+                   forward=self.remat)
 
     def train(self, callbacks: list, start: ckpt.Position) -> None:
         """Train from ``start`` with ``train.loop``; stop signals are handled while it runs.

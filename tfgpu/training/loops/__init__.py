@@ -37,6 +37,8 @@ class Job:
             (:class:`tfgpu.training.loops.replica_batches.Blocks`).
         accumulation: micro-batches per optimizer step (``train.gradient_accumulation_steps``): each step's
             batch holds ``accumulation`` global batches (:mod:`tfgpu.training.loops.gradients`).
+        forward: the training forward pass ``x -> predictions`` in checkpointed segments (``model.remat``:
+            :class:`tfgpu.training.loops.remat.Segments`), or ``None``: ``model(x, training=True)``.
         feed: how the batches reach the replicas (:class:`tfgpu.training.loops.replica_batches.Feed`);
             ``None``: the way :meth:`~tfgpu.training.loops.replica_batches.Feed.of` chooses for the strategy
             (``benchmarks/loop_overhead.py`` sets the other, to measure what it costs).
@@ -60,6 +62,7 @@ class Job:
     train_blocks: bool = False
     feed: Any = None
     accumulation: int = 1
+    forward: Any = None
 
 
 @dataclass

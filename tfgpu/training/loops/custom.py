@@ -140,6 +140,7 @@ def train_custom(job: Job, callbacks: list, progress: str, start: tuple[int, int
     _, train_batches = feed.training(job, epochs, skip)  # there, in memory, a call's batches read as one block
     val_batches = feed.iterator(val.repeat(epochs - first_epoch)) if val is not None else None
     scales_loss = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
+    forward = job.forward
     with strategy.scope():
         loss_tracker = keras.metrics.Mean(name="loss")
         val_loss_tracker = keras.metrics.Mean(name="val_loss")
@@ -150,7 +151,7 @@ def train_custom(job: Job, callbacks: list, progress: str, start: tuple[int, int
 
     def forward_backward(x: Any, y: Any, w: Any = None) -> tuple[Any, Any, Any]:
         with tf.GradientTape() as tape:
-            pred = model(x, training=True)
+            pred = forward(x) if forward is not None else model(x, training=True)  # model.remat: segments
             per_example = tf.cast(loss_fn(y, pred), tf.float32)
             if w is not None:  # train.class_weight: (x, y, w) batches; the loss fit reports with sample_weight
                 per_example = per_example * tf.cast(tf.reshape(w, tf.shape(per_example)), tf.float32)

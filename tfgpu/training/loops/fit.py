@@ -258,7 +258,7 @@ def train_fit(job: Job, callbacks: list, progress: str, start: tuple[int, int] =
         _train_fit(job, callbacks, progress, start, max_call_seconds)
         return
     # tfgpu's train_step (loops.gradients): micro-batches, one all-reduce, the gradient norm, clipping after it
-    model.train_step = gradients.train_step(model, step, job.accumulation)
+    model.train_step = gradients.train_step(model, step, job.accumulation, job.forward)
     try:
         with step.attached():
             _train_fit(job, [step.callback(), *callbacks], progress, start, max_call_seconds)

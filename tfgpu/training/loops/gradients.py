@@ -236,9 +236,11 @@ def _reduced_already(grads_and_vars: Any) -> list:
     return list(grads_and_vars)
 
 
-def train_step(model: Any, step: GradientStep, k: int) -> Callable[[Any], Any]:
+def train_step(model: Any, step: GradientStep, k: int, forward: Optional[Callable[[Any], Any]] = None
+               ) -> Callable[[Any], Any]:
     """``data -> logs``: Keras's TensorFlow ``train_step`` (Keras 3.15.1 ``keras/src/backend/tensorflow/trainer.py``)
-    with tfgpu's optimizer step: ``k`` micro-batches (:func:`accumulate`), one all-reduce, the norm, clipping.
+    with tfgpu's optimizer step: ``k`` micro-batches (:func:`accumulate`), one all-reduce, the norm, clipping;
+    ``forward``: the forward pass in checkpointed segments (``model.remat``, :mod:`tfgpu.training.loops.remat`).
 
     The loss tracker and the compiled metrics see every row once, as with one batch; the loss is Keras's
     (``model._compute_loss``: the compiled loss, the model's regularisation losses, scaled for distribution).
@@ -253,7 +255,10 @@ def train_step(model: Any, step: GradientStep, k: int) -> Callable[[Any], Any]:
     def micro(data: Any) -> list:
         x, y, sample_weight = unpack(data)
         with tf.GradientTape() as tape:
-            y_pred = model(x, training=True) if model._call_has_training_arg else model(x)
+            if forward is not None:
+                y_pred = forward(x)
+            else:
+                y_pred = model(x, training=True) if model._call_has_training_arg else model(x)
             loss = model._compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=True)
             rows = tf.shape(next(i for i in tf.nest.flatten(x) if i is not None))[0]
             model._loss_tracker.update_state(loss_module.unscale_loss_for_distribution(loss), sample_weight=rows)
