@@ -107,6 +107,15 @@ def _construct(key: str, cls: type, args: dict[str, Any]) -> Any:
         ) from None
 
 
+def inner_optimizer(optimizer: Any) -> Any:
+    """The optimizer that holds the learning rate, the EMA and the clipping settings: ``optimizer`` itself, or the
+    one a ``keras.optimizers.LossScaleOptimizer`` wraps (the custom loop's, under ``mixed_float16``).
+
+    Wraps: https://keras.io/api/mixed_precision/loss_scale_optimizer/
+    """
+    return getattr(optimizer, "inner_optimizer", optimizer)
+
+
 def make_optimizer(spec: Any, lr_scale: float = 1.0, lr_schedule: Optional[dict[str, Any]] = None,
                    steps: tuple[int, int] = (1, 1)) -> tuple[Any, float]:
     """Build the optimizer; scale its learning rate by ``lr_scale``; give it ``train.lr_schedule``.

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..errors import ConfigError
+from .keras_model import inner_optimizer
 
 MODEL_FILE = "model.keras"
 
@@ -368,15 +369,14 @@ def unfreeze(trainer: Any) -> None:
     with trainer.info.scope():
         thaw(transfer.frozen)
         old = trainer.optimizer
-        scaled = getattr(old, "inner_optimizer", None)  # the custom loop's LossScaleOptimizer (mixed_float16)
-        inner = scaled if scaled is not None else old
+        inner = inner_optimizer(old)  # the custom loop's LossScaleOptimizer (mixed_float16) wraps it
         settings = inner.get_config()
         rate = float(settings["learning_rate"]) * transfer.factor
         new = type(inner).from_config({**settings, "learning_rate": rate})
         compile_args = dict(model._compile_config.config)
         compile_args["optimizer"] = new
         model.compile(**compile_args)
-        if scaled is not None:
+        if inner is not old:
             new = type(old)(new)  # fit wraps its own; the custom loop scales the loss with this one
         new.build(model.trainable_variables)
     trainer.optimizer, trainer.learning_rate = new, rate

@@ -37,6 +37,7 @@ from typing import Any, Optional
 from ..config import Config
 from ..config.schema import OWNED_CALLBACKS
 from ..errors import ConfigError
+from ..model.keras_model import inner_optimizer
 from .loops import EPOCH_STATS
 
 #: Argument names taken as file paths (also any ending in one of :data:`PATH_SUFFIXES`).
@@ -232,7 +233,7 @@ def build(cfg: Config, run: Any, logged: dict[str, str], chief: bool, resumable:
                                   f"point it at a class deriving from keras.callbacks.Callback ({_KERAS_DOCS}).")
         else:
             cls = getattr(keras.callbacks, name)
-            rate = getattr(getattr(optimizer, "inner_optimizer", optimizer), "_learning_rate", None)
+            rate = getattr(inner_optimizer(optimizer), "_learning_rate", None)
             if name in SETS_LEARNING_RATE and isinstance(rate, keras.optimizers.schedules.LearningRateSchedule):
                 raise ConfigError(
                     f"{key}: {name} sets the optimizer's learning rate, which is a {type(rate).__name__} "

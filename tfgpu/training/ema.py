@@ -23,6 +23,7 @@ import contextlib
 from typing import Any, Iterator, Optional
 
 from ..errors import ConfigError
+from ..model.keras_model import inner_optimizer
 
 
 def check(cfg: Any) -> None:
@@ -51,13 +52,13 @@ def configure(optimizer: Any, ema: Any) -> None:
     """Give ``optimizer`` (the inner one of a ``LossScaleOptimizer``) Keras's EMA, before it is built."""
     if ema is None:
         return
-    inner = getattr(optimizer, "inner_optimizer", optimizer)
+    inner = inner_optimizer(optimizer)
     inner.use_ema, inner.ema_momentum, inner.ema_overwrite_frequency = True, float(ema.momentum), None
 
 
 def momentum_of(optimizer: Any) -> Optional[float]:
     """The EMA momentum ``optimizer`` keeps averages with, or ``None``."""
-    inner = getattr(optimizer, "inner_optimizer", optimizer)
+    inner = inner_optimizer(optimizer)
     return float(inner.ema_momentum) if getattr(inner, "use_ema", False) else None
 
 

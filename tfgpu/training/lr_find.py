@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from ..errors import OutputError, UsageError
+from ..model.keras_model import inner_optimizer
 from ..utils.files import replace_atomic
 from ..utils.imports import importable
 
@@ -161,7 +162,7 @@ class _Record:
 
     def __init__(self, model: Any, optimizer: Any, rates: list[float]) -> None:
         self.model, self.rates = model, rates
-        self.optimizer = getattr(optimizer, "inner_optimizer", optimizer)
+        self.optimizer = inner_optimizer(optimizer)
         self.losses: list[float] = []
         self.stopped: Optional[str] = None
 

@@ -40,6 +40,7 @@ import contextlib
 from typing import Any, Callable, Iterator, Optional
 
 from ...errors import ConfigError
+from ...model.keras_model import inner_optimizer
 from .replica_batches import part_bounds
 
 
@@ -85,14 +86,14 @@ def clip_with(optimizer: Any, clipping: Any) -> None:
     ``global_clipnorm``, ``clipnorm`` or ``clipvalue``; ``None``: leave it as built."""
     if clipping is None:
         return
-    inner = getattr(optimizer, "inner_optimizer", optimizer)
+    inner = inner_optimizer(optimizer)
     name, value = clipping.keras_argument
     setattr(inner, name, value)
 
 
 def clipping_of(optimizer: Any) -> Optional[dict[str, float]]:
     """The clipping ``optimizer`` applies, as ``{keras_argument: value}``, or ``None``."""
-    inner = getattr(optimizer, "inner_optimizer", optimizer)
+    inner = inner_optimizer(optimizer)
     for name in ("global_clipnorm", "clipnorm", "clipvalue"):
         value = getattr(inner, name, None)
         if value:
@@ -165,7 +166,7 @@ class GradientStep:
         import tensorflow as tf  # noqa: PLC0415
 
         self.optimizer, self.strategy = optimizer, strategy
-        self.inner = getattr(optimizer, "inner_optimizer", optimizer)
+        self.inner = inner_optimizer(optimizer)
         with strategy.scope():
             self.norms = tf.Variable([0.0, 0.0, 0.0], trainable=False, name="gradient_norms",
                                      synchronization=tf.VariableSynchronization.ON_READ,
