@@ -7,7 +7,8 @@ Trains the seed data (`tfgpu run recipes/mnist.yaml`) with a deep CNN whose acti
 (`--blocks` x [Conv2D, BatchNormalization, Dropout] at 28 x 28 x `--filters`, then Flatten and Dense), one replica,
 each run in a fresh process, the variants interleaved run by run (plain, remat, plain, remat, ...). Per variant it
 prints the median peak resident memory of the `tfgpu run` process (its `ru_maxrss`, MiB) and the median steady
-samples/s (the epochs after the first), then remat's ratios to plain. On a GPU the peak device memory is what
+samples/s (the epochs after the first), then remat's ratios to plain; `--json` also keeps each run's final metrics
+(the same with and without remat: the recomputation gives the same numbers). On a GPU the peak device memory is what
 falls; on CPU the activations live in host memory, so the process's peak shows the saving.
 """
 
@@ -35,8 +36,8 @@ def layers(blocks: int, filters: int) -> str:
     return "[" + ", ".join([block] * blocks) + ", {Flatten: {}}, {Dense: {units: 10, activation: softmax}}]"
 
 
-def one_run(out: Path, remat: str, args: argparse.Namespace) -> tuple[float, float, dict]:
-    """(peak RSS MiB, steady samples/s, the summary's remat record) of one fresh `tfgpu run`."""
+def one_run(out: Path, remat: str, args: argparse.Namespace) -> tuple[float, float, dict, dict]:
+    """(peak RSS MiB, steady samples/s, the summary's remat record, its final metrics) of one fresh `tfgpu run`."""
     out.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "tfgpu", "run", str(ROOT / "recipes" / "mnist.yaml"), "--output-dir", str(out),
                "--set", f"model.layers={layers(args.blocks, args.filters)}", "--set", f"model.remat={remat}",
@@ -50,7 +51,7 @@ def one_run(out: Path, remat: str, args: argparse.Namespace) -> tuple[float, flo
     peak = float(done.stdout.split()[-1])
     summary = json.loads(next(out.glob("*/summary.json")).read_text())
     rows = summary["epochs"][1:] or summary["epochs"]
-    return peak, statistics.median(r["samples_per_second"] for r in rows), summary["remat"]
+    return peak, statistics.median(r["samples_per_second"] for r in rows), summary["remat"], summary["final_metrics"]
 
 
 def main() -> None:
@@ -69,16 +70,19 @@ def main() -> None:
     peaks: dict[str, list[float]] = {v: [] for v in variants}
     speeds: dict[str, list[float]] = {v: [] for v in variants}
     record: dict = {}
+    final: dict[str, list[dict]] = {v: [] for v in variants}
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.repeats):
             for name, value in variants.items():
-                peak, speed, remat = one_run(Path(tmp) / f"{name}-{i}", value, args)
+                peak, speed, remat, metrics = one_run(Path(tmp) / f"{name}-{i}", value, args)
+                final[name].append(metrics)
                 peaks[name].append(peak)
                 speeds[name].append(speed)
                 record = remat or record
                 print(f"  {name} #{i + 1}: peak {peak:.0f} MiB, {speed:.0f} samples/s", flush=True)
-    figures = {name: {"peak_rss_mib": statistics.median(peaks[name]), "samples_per_second": statistics.median(speeds[name]),
-                      "runs": len(peaks[name])} for name in variants}
+    figures = {name: {"peak_rss_mib": statistics.median(peaks[name]),
+                      "samples_per_second": statistics.median(speeds[name]),
+                      "runs": len(peaks[name]), "final_metrics": final[name]} for name in variants}
     figures["remat_record"] = record
     figures["peak_ratio"] = figures["remat"]["peak_rss_mib"] / figures["plain"]["peak_rss_mib"]
     figures["speed_ratio"] = figures["remat"]["samples_per_second"] / figures["plain"]["samples_per_second"]
