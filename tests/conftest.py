@@ -35,11 +35,12 @@ HEAVY_FILES = {
     "containers/test_container.py": 590, "data/test_data_e2e.py": 735, "training/test_faults.py": 645,
     "model/test_transfer.py": 360, "launch/test_multiworker.py": 325, "test_jax.py": 305,
     "training/test_state.py": 290, "experiments/test_sweep.py": 265, "training/test_speed.py": 255,
-    "model/test_schedules.py": 250, "tracking/test_mlflow.py": 205, "training/test_callbacks.py": 190,
-    "training/test_disk_full.py": 190, "serving/test_predict.py": 185, "test_docs.py": 165,
-    "model/test_backbone.py": 155, "serving/test_export.py": 125, "data/test_pipeline_teardown.py": 115,
-    "cli/test_bad_input.py": 115, "training/test_e2e.py": 90, "launch/test_supervisor.py": 80,
-    "data/test_class_weight.py": 75, "devices/test_apply.py": 70, "data/test_augment.py": 70,
+    "model/test_schedules.py": 250, "training/test_gradients.py": 250, "cluster/test_slurm.py": 200,
+    "tracking/test_mlflow.py": 205, "training/test_callbacks.py": 190, "training/test_disk_full.py": 190,
+    "serving/test_predict.py": 185, "test_docs.py": 165, "model/test_backbone.py": 155, "serving/test_export.py": 125,
+    "data/test_pipeline_teardown.py": 115, "cli/test_bad_input.py": 115, "training/test_e2e.py": 90,
+    "launch/test_supervisor.py": 80, "data/test_class_weight.py": 75, "training/test_remat.py": 75,
+    "devices/test_apply.py": 70, "data/test_augment.py": 70,
 }
 
 

@@ -283,7 +283,13 @@ def classify(c: Command) -> Optional[tuple[str, str]]:
         return SKIP, ("needs a container engine (tests/containers/test_docker.py checks the docker run lines, "
                       "tests/containers/test_container.py builds and runs the CPU and GPU images with podman)")
     if prog in ("sbatch", "kubectl"):
-        return SKIP, "needs a Slurm or Kubernetes cluster (tests/cluster/test_cluster.py checks the exported files)"
+        return SKIP, ("needs a Slurm or Kubernetes cluster (tests/cluster/test_slurm.py runs the exported job with "
+                      "sbatch on a local Slurm cluster; tests/cluster/test_cluster.py checks the exported files)")
+    if prog == "sudo" and {"containers/slurm/start.sh", "containers/slurm/stop.sh"} & set(w):
+        return SKIP, ("starts or stops the local Slurm cluster as root (tests/cluster/test_slurm.py starts one, runs "
+                      "the exported job on it and stops it)")
+    if prog == "sudo" and w[1:3] == ("apt-get", "install"):
+        return SKIP, "installs system packages (.ci/run installs them)"
     if prog == "kill":
         return SKIP, "an illustration: <pid> stands for a process id"
     return None

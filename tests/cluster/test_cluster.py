@@ -227,13 +227,16 @@ def test_export_slurm_script(tmp_path):
                   if line.startswith("#SBATCH"))
     assert sbatch == {"job-name": "mnist", "nodes": "3", "ntasks-per-node": "1", "gpus-per-node": "4",
                       "time": "01:00:00", "output": "mnist-%j.out", "requeue": "", "open-mode": "append",
-                      "signal": "USR1@120"}
+                      "signal": "B:USR1@120"}
     assert 'RUN_DIR=runs/mnist-"$SLURM_JOB_ID"\n' in text
     (srun,) = [line for line in text.splitlines() if line.startswith("srun ")]
     assert srun.split()[2:] == ["tfgpu", "run", "recipes/mnist.yaml", "--set", "train.epochs=2", "--set",
-                                "distribute.strategy=multi_worker_mirrored", "--resume", '"$RUN_DIR"']
+                                "distribute.strategy=multi_worker_mirrored", "--resume", '"$RUN_DIR"', "&"]
+    # the batch shell passes the requeue signal and SIGTERM on to srun, and exits with its code
+    assert "trap 'kill -USR1 \"$step\" 2>/dev/null || true' USR1\n" in text and text.endswith('exit "$code"\n')
     no_signal = run_cli("export", "slurm", "recipes/mnist.yaml", "--set", "train.checkpoint=false")
-    assert "--signal" not in no_signal.stdout
+    assert "#SBATCH --signal" not in no_signal.stdout and "USR1" not in no_signal.stdout
+    assert "trap 'kill -TERM \"$step\" 2>/dev/null || true' TERM\n" in no_signal.stdout
 
 
 def test_export_tfjob_manifest():

@@ -192,6 +192,7 @@ def slurm_script(recipe: str, overrides: Sequence[str], workers: int, gpus_per_w
         name: the job name (:func:`job_name`); default: the recipe's file name.
     """
     job = _job_name(recipe, name)
+    forwarded = ["TERM"] + ([requeue_signal[3:]] if requeue_signal else [])
     lines = ["#!/bin/bash",
              f"#SBATCH --job-name={job}",
              f"#SBATCH --nodes={workers}",
@@ -205,7 +206,7 @@ def slurm_script(recipe: str, overrides: Sequence[str], workers: int, gpus_per_w
     lines.append(f"#SBATCH --output={job}-%j.out")
     lines += ["#SBATCH --requeue", "#SBATCH --open-mode=append"]
     if requeue_signal:
-        lines.append(f"#SBATCH --signal={requeue_signal[3:]}@{SIGNAL_SECONDS}")
+        lines.append(f"#SBATCH --signal=B:{requeue_signal[3:]}@{SIGNAL_SECONDS}")  # to the batch shell, which passes it on
     written_by = _command(["tfgpu", "export", "slurm", recipe, *_options(
         overrides, workers=workers, gpus_per_worker=gpus_per_worker, time=time_limit, partition=partition,
         name=name)])
@@ -218,7 +219,18 @@ def slurm_script(recipe: str, overrides: Sequence[str], workers: int, gpus_per_w
               "set -euo pipefail",
               "",
               f"RUN_DIR={shlex.quote(output_dir)}/{job}-\"$SLURM_JOB_ID\"",
-              "srun --kill-on-bad-exit=1 " + _command(_run_args(recipe, overrides)) + ' --resume "$RUN_DIR"',
+              "srun --kill-on-bad-exit=1 " + _command(_run_args(recipe, overrides)) + ' --resume "$RUN_DIR" &',
+              *(["# This shell passes signals on to the tasks (srun forwards them): Slurm's --signal=B:, scancel",
+                 "# --signal --batch and a requeue reach this shell; tfgpu saves, exits 75, and the chief requeues."]
+                if requeue_signal else
+                ["# This shell passes SIGTERM on to the tasks (srun forwards it): tfgpu saves and exits 75."]),
+              "step=$!",
+              *[f"trap 'kill -{sig} \"$step\" 2>/dev/null || true' {sig}" for sig in forwarded],
+              'while :; do',
+              '    wait "$step" && code=0 || code=$?',
+              '    kill -0 "$step" 2>/dev/null || break  # else wait returned for a signal passed on: srun runs on',
+              'done',
+              'exit "$code"',
               ""]
     return "\n".join(lines)
 

@@ -391,7 +391,7 @@ class RunDir:
                 raise error from (None if isinstance(exc, TfgpuError) else exc)
             if isinstance(exc, Preempted):  # raised by the checkpoint callback, which does not know the run directory
                 self._end("preempted", str(exc), outcome, ending)
-                raise Preempted(exc.message, f"continue with 'tfgpu run --resume {self.path}' (exit code 75 means: "
+                raise Preempted(exc.message, f"continue with 'tfgpu run --resume {self.home}' (exit code 75 means: "
                                              "run this job again).") from None
             if isinstance(exc, TfgpuError):
                 self._end("failed", str(exc), outcome, ending)

@@ -151,7 +151,7 @@ def _run(cfg: Config, recipe: Optional[str], resumed: Any, target: Optional[Path
             run_dir.begin(cfg, info, {**trainer.facts(), "data_seed": seed, **mlflow, **found}, resumed, started)
             run_dir.startup(started[0], marks)
         except Preempted as exc:  # (the requeue, if any, is done on the way out: run)
-            raise Preempted(exc.message, _resume_hint(run_dir.path)) from None
+            raise Preempted(exc.message, _resume_hint(run_dir.home)) from None
         return train(run_dir, trainer, resumed)
 
 

@@ -194,20 +194,25 @@ def epoch_line(epoch: int, epochs: int, logs: dict[str, float]) -> str:
     return f"Epoch {epoch + 1}/{epochs} - {format_epoch(logs)}"
 
 
-def progress_callback() -> Any:
+def progress_callback(epochs: int) -> Any:
     """``fit``'s console output: a ``keras.callbacks.ProgbarLogger`` whose epoch line is :func:`epoch_line`.
 
     With ``verbose=2`` (``train.progress: epoch``) it prints one :func:`epoch_line` per epoch, as the custom loop
     does; with ``verbose=1`` (``bar``) it draws Keras's progress bar and ends it with the metrics, leaving out the
     timing figures of :data:`EPOCH_STATS` (Keras would print them with 4 decimals; the bar shows the time). Given
     to ``fit`` among the callbacks, it replaces the one Keras adds, and it must come after
-    :func:`epoch_stats_callback` (whose figures it prints).
+    :func:`epoch_stats_callback` (whose figures it prints). ``epochs``: the run's total, shown as ``Epoch N/epochs``
+    also in a resumed epoch's remainder, which ``fit`` trains as a call of its own with fewer epochs.
 
     Wraps: https://keras.io/api/callbacks/progbar_logger/
     """
     import keras  # noqa: PLC0415
 
     class EpochProgress(keras.callbacks.ProgbarLogger):
+        def set_params(self, params: dict) -> None:
+            super().set_params(params)
+            self.epochs = epochs  # Keras's bar header too: the run's total, not the call's
+
         def on_epoch_begin(self, epoch: int, logs: Optional[dict] = None) -> None:
             if self.verbose == 1:
                 super().on_epoch_begin(epoch, logs)

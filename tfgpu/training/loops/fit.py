@@ -290,7 +290,7 @@ def _train_fit(job: Job, callbacks: list, progress: str, start: tuple[int, int],
         callbacks = [keras.callbacks.TerminateOnNaN(raise_error=True),
                      keras.callbacks.LambdaCallback(on_epoch_begin=lambda e, logs: at.__setitem__(0, e)), *callbacks]
     if progress != "none":  # last: it prints what the callbacks before it (epoch statistics) put in the logs
-        callbacks = [*callbacks, progress_callback()]
+        callbacks = [*callbacks, progress_callback(job.epochs)]
     epochs, steps_per_epoch = job.epochs, job.steps_per_epoch
     epoch, step = start
     calls = []
