@@ -183,11 +183,14 @@ class Trainer:
             (:class:`tfgpu.model.transfer.Transfer`).
         stop: the process's :class:`~tfgpu.training.checkpoint.StopSignals` (set by
             :func:`tfgpu.training.runner.run`), or ``None`` (signals are not handled).
+        remat: ``model.remat``'s forward pass in checkpointed segments
+            (:class:`~tfgpu.training.loops.remat.Segments`), or ``None``.
 
     Raises:
         ConfigError: the model, loss or metrics do not fit the data, a ``monitor`` the run does not log, a
-            callback that refuses its arguments (:func:`tfgpu.training.callbacks.check_built`), or
-            ``train.profile_steps`` lies beyond the run (before anything is written).
+            callback that refuses its arguments (:func:`tfgpu.training.callbacks.check_built`),
+            ``train.profile_steps`` lies beyond the run, or ``model.remat`` on a model it cannot cut
+            (:class:`~tfgpu.training.loops.remat.Segments`) (before anything is written).
     """
 
     def __init__(self, cfg: Config, info: Any, data: Any, pipes: Any,

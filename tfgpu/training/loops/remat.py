@@ -31,6 +31,7 @@ from typing import Any, Optional
 
 from ...errors import ConfigError
 
+
 def check(cfg: Any) -> None:
     """Refuse ``model.remat`` where tfgpu's step does not run, before TensorFlow starts.
 
