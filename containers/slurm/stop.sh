@@ -8,12 +8,12 @@ STATE=$(realpath -m "${1:-${TFGPU_SLURM_DIR:-/tmp/tfgpu-slurm}}")
 if [ -f "$STATE/slurm.conf" ]; then
     SLURM_CONF=$STATE/slurm.conf timeout 10 scancel --full --quiet --user=root 2>/dev/null
 fi
-stop_pid() {  # the daemon whose pid file is $1: TERM, then KILL after 10 s
+stop_pid() {  # the daemon whose pid file is $1: TERM, then KILL after 3 s
     [ -f "$1" ] || return 0
     local pid
     pid=$(cat "$1")
     kill "$pid" 2>/dev/null || return 0
-    for _ in $(seq 40); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.25; done
+    for _ in $(seq 12); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.25; done
     kill -9 "$pid" 2>/dev/null
 }
 for pidfile in "$STATE"/slurmd-*.pid "$STATE/slurmctld.pid" "$STATE/munge/munged.pid"; do

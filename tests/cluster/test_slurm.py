@@ -131,3 +131,26 @@ def test_the_exported_job_trains_on_two_nodes_is_requeued_by_slurm_and_matches_w
     assert "SIGUSR1 arrived" in fit_output and "SIGTERM arrived" in (
         tmp_path / f"mnist-custom-{jobs['custom']}.out").read_text()
     assert ".tmp" not in fit_output  # every worker names the run directory to resume, not its scratch folder
+
+
+def test_doctor_in_an_allocation_reports_what_slurm_gave_and_whether_the_workers_match(slurm, tmp_path):
+    doctor = "tfgpu doctor --no-tensorflow --json --set distribute.strategy=multi_worker_mirrored"
+    in_step = slurm("srun", "-N", "2", "-n", "2", "bash", "-c", f"{doctor} > doctor-$SLURM_PROCID.json",
+                    cwd=tmp_path, timeout=120)
+    assert in_step.returncode == 0, in_step.stderr
+    in_shell = slurm("sbatch", "--wait", "-N", "2", "--output=batch.out", "--wrap", f"{doctor} > doctor-batch.json",
+                     cwd=tmp_path, timeout=120)
+    assert in_shell.returncode == 0, in_shell.stderr
+    said = {}
+    for name in ("0", "1", "batch"):
+        findings = json.loads((tmp_path / f"doctor-{name}.json").read_text())["findings"]
+        said[name] = [(f["level"], f["seen"]) for f in findings if f["check"] == "slurm"]
+    for rank, node in (("0", "n1"), ("1", "n2")):
+        (gave_level, gave), (level, workers) = said[rank]
+        assert gave_level == "ok" and "2 nodes (n1, n2), 2 tasks (1, 1 per node)" in gave, gave
+        assert f"this process is task {rank} of step 0 on {node}" in gave, gave
+        assert "GPUs: none asked" in gave and "0 visible to this process" in gave, gave
+        assert level == "ok" and "2 worker(s), one per task, the chief task 0 on n1" in workers, workers
+    # the batch script's shell is no task: 'tfgpu run' there would be one process, not the two workers
+    (_, gave), (level, outside) = said["batch"]
+    assert "not a task of a job step" in gave and level == "warning" and "outside a job step" in outside

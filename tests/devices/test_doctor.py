@@ -506,3 +506,48 @@ def test_devices_and_doctor_with_a_tensorflow_that_cannot_start(tmp_path, body, 
     assert doctor.returncode == 9
     finding = [f for f in json.loads(doctor.stdout)["findings"] if f["check"] == "tensorflow-import"][0]
     assert finding["level"] == "error" and seen in finding["seen"] and finding["fix"]
+
+
+# ------------------------------------------------------------------ inside a Slurm allocation
+
+#: Two nodes, one task each, as `srun` sets them for task 0 of step 0 (what tests/cluster/test_slurm.py sees).
+SLURM_STEP = {"SLURM_JOB_ID": "7", "SLURM_JOB_PARTITION": "gpu", "SLURM_JOB_NODELIST": "n[1-2]",
+              "SLURM_TASKS_PER_NODE": "1(x2)", "SLURM_STEP_ID": "0", "SLURM_PROCID": "0", "SLURMD_NODENAME": "n1",
+              "SLURM_STEP_NODELIST": "n[1-2]", "SLURM_STEP_TASKS_PER_NODE": "1(x2)", "SLURM_STEP_NUM_TASKS": "2"}
+MULTI_WORKER = {"strategy": "multi_worker_mirrored"}
+
+
+def slurm_findings(env, n=2, distribute=None):
+    config = load_config({}, distribute=distribute) if distribute is not None else None
+    return [f for f in diagnose(facts(machine(n, env=env)), config) if f.check == "slurm"]
+
+
+def test_outside_slurm_the_doctor_says_nothing_of_it():
+    assert slurm_findings({}, distribute=MULTI_WORKER) == []
+
+
+def test_a_task_of_a_step_sees_what_slurm_gave_and_the_workers_it_makes():
+    env = {**SLURM_STEP, "SLURM_GPUS_ON_NODE": "2", "SLURM_STEP_GPUS": "0,1", "CUDA_VISIBLE_DEVICES": "0,1"}
+    gave, workers = slurm_findings(env, n=4, distribute=MULTI_WORKER)
+    assert gave.level == "ok" and gave.seen.startswith("job 7 (partition gpu): 2 nodes (n1, n2), 2 tasks (1, 1 per node)")
+    assert "task 0 of step 0 on n1" in gave.seen
+    assert "GPUs: 2 on this node from Slurm (SLURM_GPUS_ON_NODE; ids 0,1), CUDA_VISIBLE_DEVICES=0,1, 2 visible" in gave.seen
+    assert workers.level == "ok" and "2 worker(s), one per task, the chief task 0 on n1" in workers.seen
+
+
+def test_gpus_slurm_did_not_give_are_a_warning():
+    (gave, gpus) = slurm_findings({**SLURM_STEP, "SLURM_GPUS_ON_NODE": "1"}, n=4)
+    assert gpus.level == "warning" and "gave this node 1 GPU(s)" in gpus.seen and "sees 4" in gpus.seen
+    assert "CUDA_VISIBLE_DEVICES is unset" in gpus.seen and "--gpus-per-worker" in gpus.fix
+
+
+@pytest.mark.parametrize("env,distribute,said,fix", [
+    ({k: v for k, v in SLURM_STEP.items() if not k.startswith(("SLURM_STEP", "SLURM_PROCID"))}, MULTI_WORKER,
+     "outside a job step", "srun"),
+    (SLURM_STEP, {"strategy": "mirrored"}, "2 separate runs", "distribute.strategy=multi_worker_mirrored"),
+    ({**SLURM_STEP, "TF_CONFIG": '{"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 0}}'},
+     MULTI_WORKER, "TF_CONFIG is set", "remove TF_CONFIG"),
+])
+def test_a_recipe_whose_workers_do_not_match_the_allocation_is_a_warning(env, distribute, said, fix):
+    warning = [f for f in slurm_findings(env, distribute=distribute) if f.level == "warning"]
+    assert len(warning) == 1 and said in warning[0].seen and fix in warning[0].fix, warning

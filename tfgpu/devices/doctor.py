@@ -872,6 +872,92 @@ def check_shm(facts: Facts, config: Optional[Config]) -> list[Finding]:
                                         f"guide asks for ({why})")]
 
 
+def _slurm_layout(env: dict[str, str]) -> tuple[list[str], list[int]]:
+    """The allocation's (or the step's) nodes and tasks per node, from Slurm's variables (``[]`` where unreadable)."""
+    from ..cluster.spec import expand_hostlist, expand_tasks_per_node  # noqa: PLC0415
+
+    try:
+        nodes = expand_hostlist(env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or "")
+        tasks = expand_tasks_per_node(env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE") or "")
+    except ValueError:
+        return [], []
+    return [n for n in nodes if n], tasks
+
+
+def check_slurm(facts: Facts, config: Optional[Config]) -> list[Finding]:
+    """Inside a Slurm allocation: what Slurm gave (nodes, tasks, this task, GPUs from ``SLURM_*`` and
+    ``CUDA_VISIBLE_DEVICES``), and whether the recipe's workers match it. Silent outside Slurm.
+
+    tfgpu finds its workers in a job step's variables (:func:`tfgpu.cluster.spec.resolve_cluster`): one worker per
+    task, under ``distribute.strategy: multi_worker_mirrored``, unless ``distribute.cluster`` or ``TF_CONFIG`` is
+    set, which come first.
+    """
+    env = facts.machine.env
+    job = env.get("SLURM_JOB_ID")
+    if not job:
+        return []
+    title = "Slurm allocation"
+    nodes, per_node = _slurm_layout(env)
+    tasks = sum(per_node)
+    in_step = "SLURM_STEP_ID" in env and "SLURM_PROCID" in env
+    layout = (f"{len(nodes)} node{'s' if len(nodes) != 1 else ''} ({', '.join(nodes)}), {tasks} task"
+              f"{'s' if tasks != 1 else ''} ({', '.join(map(str, per_node))} per node)" if nodes and per_node
+              else "its nodes and tasks unreadable (SLURM_*NODELIST, SLURM_*TASKS_PER_NODE)")
+    where = (f"this process is task {env['SLURM_PROCID']} of step {env['SLURM_STEP_ID']} on "
+             f"{env.get('SLURMD_NODENAME', 'its node')}" if in_step
+             else "this process is not a task of a job step (the batch script's or salloc's shell)")
+    asked = env.get("SLURM_GPUS_ON_NODE")
+    given = env.get("SLURM_STEP_GPUS") or env.get("SLURM_JOB_GPUS")
+    visible = len(facts.machine.gpus)
+    gpus = (f"GPUs: {asked or 'none asked'} on this node from Slurm (SLURM_GPUS_ON_NODE"
+            + (f"; ids {given}" if given else "")
+            + f"), CUDA_VISIBLE_DEVICES={env.get('CUDA_VISIBLE_DEVICES', 'unset')}, {visible} visible to this process")
+    partition = f" (partition {env['SLURM_JOB_PARTITION']})" if env.get("SLURM_JOB_PARTITION") else ""
+    out = [Finding("slurm", "ok", title, f"job {job}{partition}: {layout}; {where}; {gpus}")]
+    if asked is not None and asked.isdigit() and int(asked) != visible:
+        out.append(Finding(
+            "slurm", "warning", title,
+            f"Slurm gave this node {asked} GPU(s) (SLURM_GPUS_ON_NODE), and this process sees {visible}"
+            + (" (CUDA_VISIBLE_DEVICES is unset: Slurm's gres did not set it, so every GPU of the node is used, "
+               "also those of other jobs)" if "CUDA_VISIBLE_DEVICES" not in env else ""),
+            "ask for the GPUs the run uses (#SBATCH --gpus-per-node=N, 'tfgpu export slurm --gpus-per-worker N'), "
+            "and let Slurm set CUDA_VISIBLE_DEVICES (GresTypes=gpu with a gres.conf) or confine the job "
+            "(ConstrainDevices=yes in cgroup.conf)."))
+    if config is None:
+        return out
+    strategy = config.distribute.strategy
+    own = ("distribute.cluster" if config.distribute.cluster is not None
+           else "TF_CONFIG" if env.get("TF_CONFIG") else None)
+    if strategy != "multi_worker_mirrored":
+        if tasks > 1:
+            out.append(Finding(
+                "slurm", "warning", title,
+                f"the allocation has {tasks} tasks, and distribute.strategy: {strategy} trains each task on its own: "
+                f"{tasks} separate runs, not one run on {tasks} workers",
+                "set distribute.strategy: multi_worker_mirrored (--set distribute.strategy=multi_worker_mirrored; "
+                "'tfgpu export slurm' writes it), one task per node."))
+        return out
+    if own is not None:
+        out.append(Finding(
+            "slurm", "warning", title,
+            f"{own} is set, and it comes before Slurm's variables: the workers are {own}'s, not the allocation's "
+            f"{tasks} task(s)",
+            f"remove {own} to train on the allocation's tasks, one worker each."))
+    elif not in_step:
+        out.append(Finding(
+            "slurm", "warning" if tasks > 1 else "ok", title,
+            f"distribute.strategy: multi_worker_mirrored outside a job step: 'tfgpu run' here would be one process, "
+            f"not the allocation's {tasks} workers",
+            "start the workers with srun (one task per node: srun tfgpu run ...; 'tfgpu export slurm' writes the "
+            "script)." if tasks > 1 else ""))
+    else:
+        out.append(Finding("slurm", "ok", title,
+                           f"distribute.strategy: multi_worker_mirrored: {tasks} worker(s), one per task, the chief "
+                           f"task 0 on {nodes[0] if nodes else 'the first node'} (workers listen on port "
+                           f"{config.distribute.port})"))
+    return out
+
+
 _CONFIG_KEY = re.compile(r"\b(?:backend|devices|tensorflow|distribute|data|model|train|output)\.[a-z_]+(?:\.[a-z_]+)?")
 _ENV_NAME = re.compile(r"\b([A-Z][A-Z0-9]*_[A-Z0-9_]+)(?:=| was\b)")
 
@@ -934,6 +1020,7 @@ CHECKS: tuple[Callable[[Facts, Optional[Config]], list[Finding]], ...] = (
     check_jax,
     check_memory_in_use,
     check_shm,
+    check_slurm,
     check_config,
 )
 

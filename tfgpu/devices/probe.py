@@ -58,6 +58,9 @@ RELEVANT_ENV = (
     "TF_NUM_INTRAOP_THREADS",
     "TF_NUM_INTEROP_THREADS",
     *SLURM_ENV,  # Slurm's task layout (tfgpu.cluster.spec resolves the workers from it)
+    # what else a Slurm allocation gave, for tfgpu doctor (tfgpu.devices.doctor.check_slurm)
+    "SLURM_STEP_ID", "SLURM_JOB_NUM_NODES", "SLURM_JOB_PARTITION", "SLURMD_NODENAME", "SLURM_GPUS_ON_NODE",
+    "SLURM_JOB_GPUS", "SLURM_STEP_GPUS", "SLURM_GPUS_PER_TASK",
 )
 
 #: Python distributions whose installed versions the doctor reads (TensorFlow's many
