@@ -97,22 +97,27 @@ def test_the_exported_job_trains_on_two_nodes_is_requeued_by_slurm_and_matches_w
         submitted = slurm("sbatch", "--parsable", str(script), cwd=tmp_path)
         assert submitted.returncode == 0, submitted.stderr
         jobs[loop] = submitted.stdout.strip()
-    reference = subprocess.Popen([sys.executable, "-m", "tfgpu.cli", "run", str(ROOT / "recipes" / "mnist.yaml"),
-                                  *SHORT, "--workers", "2", "--output-dir", str(tmp_path / "reference")],
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=child_env(),
-                                 cwd=ROOT)
+    errors = tmp_path / "reference.err"  # a file, not a pipe nobody reads until the end
+    with open(errors, "w") as err:
+        reference = subprocess.Popen([sys.executable, "-m", "tfgpu.cli", "run", str(ROOT / "recipes" / "mnist.yaml"),
+                                      *SHORT, "--workers", "2", "--output-dir", str(tmp_path / "reference")],
+                                     stdout=subprocess.DEVNULL, stderr=err, env=child_env(), cwd=ROOT)
     runs = {loop: tmp_path / "runs" / f"mnist-{loop}-{job}" for loop, job in jobs.items()}
     # mid-training, the two ways Slurm stops a job for a requeue: the requeue signal sent to the batch shell (as
     # --signal=B:USR1@120 sends it before the time limit), which the script passes on and tfgpu answers with a
     # checkpoint, exit 75 and `scontrol requeue`; and an administrator's `scontrol requeue` (SIGTERM to every task)
-    wait_for(lambda: len(epochs_of(runs["fit"])) >= 2, "the fit job's second epoch")
-    signalled = slurm("scancel", "--signal=USR1", "--batch", jobs["fit"])
-    assert signalled.returncode == 0, signalled.stderr
-    wait_for(lambda: len(epochs_of(runs["custom"])) >= 2, "the custom job's second epoch")
-    requeued = slurm("scontrol", "requeue", jobs["custom"])
-    assert requeued.returncode == 0, requeued.stderr
+    stops = {"fit": ("scancel", "--signal=USR1", "--batch", jobs["fit"]),
+             "custom": ("scontrol", "requeue", jobs["custom"])}
+
+    def stop_each_after_its_second_epoch() -> bool:
+        for loop in [loop for loop in stops if len(epochs_of(runs[loop])) >= 2]:
+            stopped = slurm(*stops.pop(loop))
+            assert stopped.returncode == 0, stopped.stderr
+        return not stops
+
+    wait_for(stop_each_after_its_second_epoch, "each job's second epoch")
     wait_for(lambda: not any(slurm.state_of(job) for job in jobs.values()), "both jobs to end", timeout=300)
-    assert reference.wait(timeout=300) == 0, reference.stderr.read()[-3000:]
+    assert reference.wait(timeout=300) == 0, errors.read_text()[-3000:]
     expected = json.loads((only_run_dir(tmp_path / "reference") / "summary.json").read_text())
     for loop, job in jobs.items():
         output = (tmp_path / f"mnist-{loop}-{job}.out").read_text()
