@@ -528,9 +528,14 @@ def requeue(job_id: str) -> str:
     """
     command = ["scontrol", "requeue", job_id]
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+        # SIGTERM ignored: the requeue ends every process of the job with SIGTERM, this scontrol too, often before
+        # it has said that it succeeded (seen on a real Slurm: "failed with exit code -15" for a requeued job)
+        done = subprocess.run(command, capture_output=True, text=True, timeout=60,
+                              preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_IGN))
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"'{' '.join(command)}' could not run ({exc}); requeue the job yourself"
+    if done.returncode == -signal.SIGTERM:  # it asked, and the requeue it asked for ended it all the same
+        return f"Slurm job {job_id} was requeued ('{' '.join(command)}', ended by the requeue's SIGTERM)"
     if done.returncode != 0:
         return (f"'{' '.join(command)}' failed with exit code {done.returncode}: "
                 f"{(done.stderr or done.stdout).strip()[:300]}; requeue the job yourself")
