@@ -138,12 +138,12 @@ class Segments:
                 "model.remat: the model has no point where one tensor carries everything after it, so it cannot be "
                 "cut into segments.",
                 "remove model.remat (checkpointing the whole model as one segment saves nothing).")
-        count = count or max(2, round(math.sqrt(len(units))))
+        default = max(2, round(math.sqrt(len(units))))
+        count = count or default
         if count > len(units):
             raise ConfigError(
                 f"model.remat.segments: {count}, and the model can be cut into at most {len(units)} segments.",
-                f"set model.remat.segments between 2 and {len(units)}, or model.remat: true (about "
-                f"{max(2, round(math.sqrt(len(units))))}).")
+                f"set model.remat.segments between 2 and {len(units)}, or model.remat: true (about {default}).")
         bounds = [round(i * len(units) / count) for i in range(count + 1)]
         self.segments = [units[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
         self.cuts = len(units) - 1
